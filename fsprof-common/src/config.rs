@@ -1,0 +1,29 @@
+//! Kernel layout facts the eBPF programs need. Rust eBPF cannot emit CO-RE relocations, so
+//! userspace reads these offsets from /sys/kernel/btf/vmlinux and sets them as a global
+//! before loading.
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProbeConfig {
+    /// offsetof(struct task_struct, pid)
+    pub task_pid: u32,
+    /// Byte holding the `in_iowait` bitfield of task_struct, and the bit's mask in it.
+    pub task_in_iowait_byte: u32,
+    pub task_in_iowait_mask: u32,
+    /// offsetof(struct request, q), (struct request_queue, disk)
+    pub request_q: u32,
+    pub queue_disk: u32,
+    /// offsetof(struct gendisk, major), (struct gendisk, first_minor)
+    pub disk_major: u32,
+    pub disk_first_minor: u32,
+    /// offsetof(struct request, __data_len), (struct request, cmd_flags)
+    pub request_data_len: u32,
+    pub request_cmd_flags: u32,
+    /// Non-zero: only devices in the DEVICE_FILTER map count.
+    pub filter_devices: u32,
+}
+
+// Task state bits (include/linux/sched.h); #defines, so not in BTF, and stable for decades.
+pub const TASK_INTERRUPTIBLE: u32 = 0x1;
+pub const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+pub const TASK_DEAD: u32 = 0x80;

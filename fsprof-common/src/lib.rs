@@ -1,0 +1,12 @@
+//! Types shared by the eBPF programs (`fsprof-ebpf`) and userspace (`fsprof`).
+//!
+//! Everything here is `#[repr(C)]` plain data: the kernel side writes it into maps, the
+//! user side reads the same bytes back. The `user` feature adds `aya::Pod` impls.
+#![no_std]
+
+pub mod config;
+pub mod hist;
+pub mod maps;
+
+pub use config::ProbeConfig;
+pub use maps::*;

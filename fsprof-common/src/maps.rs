@@ -1,0 +1,290 @@
+//! Map keys, values and the small enumerations both sides agree on.
+
+/// Largest syscall number tracked per-syscall (x86_64 and aarch64 stay well below).
+pub const MAX_SYSCALLS: u32 = 1024;
+/// Threads followed at once; a fork beyond this is counted in `Lost::TaskTableFull`.
+pub const MAX_TASKS: u32 = 65536;
+/// Distinct histogram buckets over all histograms.
+pub const MAX_HIST_ENTRIES: u32 = 131072;
+/// Block requests in flight at once across the traced devices.
+pub const MAX_INFLIGHT_REQUESTS: u32 = 65536;
+/// (device, class) pairs.
+pub const MAX_BLOCK_KEYS: u32 = 1024;
+/// Devices in the block filter.
+pub const MAX_FILTER_DEVS: u32 = 64;
+
+/// Where a target thread's time goes, in the scheduler's terms.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeClass {
+    /// Running on a CPU.
+    OnCpu = 0,
+    /// Blocked uninterruptibly with `in_iowait` set (io_schedule): waiting for I/O.
+    IoWait = 1,
+    /// Blocked uninterruptibly without `in_iowait`: locks, page faults, other D-state waits.
+    Uninterruptible = 2,
+    /// Interruptible sleep: waiting for a child, a pipe, a timer, a futex.
+    Sleep = 3,
+    /// Runnable but not running: preempted, or woken and waiting for a CPU.
+    RunQueue = 4,
+    /// Stopped, traced or any state the above do not cover.
+    Other = 5,
+}
+pub const TIME_CLASSES: u32 = 6;
+
+impl TimeClass {
+    pub const ALL: [TimeClass; TIME_CLASSES as usize] = [
+        TimeClass::OnCpu,
+        TimeClass::IoWait,
+        TimeClass::Uninterruptible,
+        TimeClass::Sleep,
+        TimeClass::RunQueue,
+        TimeClass::Other,
+    ];
+    pub const fn name(self) -> &'static str {
+        match self {
+            TimeClass::OnCpu => "on_cpu",
+            TimeClass::IoWait => "io_wait",
+            TimeClass::Uninterruptible => "uninterruptible",
+            TimeClass::Sleep => "sleep",
+            TimeClass::RunQueue => "run_queue",
+            TimeClass::Other => "other",
+        }
+    }
+}
+
+/// Block request classes, following the kernel's own I/O accounting (`op_stat_group`):
+/// WRITE_ZEROES counts as a write, as it does in /sys/block/*/stat.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockClass {
+    Read = 0,
+    Write = 1,
+    Flush = 2,
+    Discard = 3,
+    Other = 4,
+}
+pub const BLOCK_CLASSES: u32 = 5;
+
+// REQ_OP_* values from include/linux/blk_types.h (stable uapi-like numbering).
+const REQ_OP_READ: u32 = 0;
+const REQ_OP_WRITE: u32 = 1;
+const REQ_OP_FLUSH: u32 = 2;
+const REQ_OP_DISCARD: u32 = 3;
+const REQ_OP_SECURE_ERASE: u32 = 5;
+const REQ_OP_ZONE_APPEND: u32 = 7;
+const REQ_OP_WRITE_ZEROES: u32 = 9;
+pub const REQ_OP_MASK: u32 = 0xff;
+
+impl BlockClass {
+    pub const ALL: [BlockClass; BLOCK_CLASSES as usize] = [
+        BlockClass::Read,
+        BlockClass::Write,
+        BlockClass::Flush,
+        BlockClass::Discard,
+        BlockClass::Other,
+    ];
+
+    #[inline(always)]
+    pub fn from_cmd_flags(flags: u32) -> BlockClass {
+        match flags & REQ_OP_MASK {
+            REQ_OP_READ => BlockClass::Read,
+            REQ_OP_WRITE | REQ_OP_ZONE_APPEND | REQ_OP_WRITE_ZEROES => BlockClass::Write,
+            REQ_OP_FLUSH => BlockClass::Flush,
+            REQ_OP_DISCARD | REQ_OP_SECURE_ERASE => BlockClass::Discard,
+            _ => BlockClass::Other,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            BlockClass::Read => "read",
+            BlockClass::Write => "write",
+            BlockClass::Flush => "flush",
+            BlockClass::Discard => "discard",
+            BlockClass::Other => "other",
+        }
+    }
+
+    pub fn from_u32(v: u32) -> BlockClass {
+        Self::ALL
+            .get(v as usize)
+            .copied()
+            .unwrap_or(BlockClass::Other)
+    }
+}
+
+/// What a histogram measures; part of `HistKey`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistKind {
+    /// Syscall latency in ns; `id` = syscall number.
+    SyscallLatency = 1,
+    /// Block request size in bytes; `id` = device, `class` = BlockClass.
+    BlockSize = 2,
+    /// Block queue latency (request start/insert → issue) in ns.
+    BlockQueueLatency = 3,
+    /// Block device latency (issue → complete) in ns.
+    BlockDeviceLatency = 4,
+    /// Length of one off-CPU episode in ns; `class` = TimeClass.
+    OffCpuEpisode = 5,
+}
+
+impl HistKind {
+    pub fn from_u32(v: u32) -> Option<HistKind> {
+        Some(match v {
+            1 => HistKind::SyscallLatency,
+            2 => HistKind::BlockSize,
+            3 => HistKind::BlockQueueLatency,
+            4 => HistKind::BlockDeviceLatency,
+            5 => HistKind::OffCpuEpisode,
+            _ => return None,
+        })
+    }
+}
+
+/// One bucket of one histogram. Value: per-CPU u64 count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HistKey {
+    pub kind: u32,
+    pub class: u32,
+    pub id: u32,
+    pub bucket: u32,
+}
+
+/// Per-syscall totals, indexed by syscall number in a per-CPU array.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SyscallStats {
+    pub count: u64,
+    pub errors: u64,
+    /// Sum of positive return values: bytes for the read/write family.
+    pub ret_sum: u64,
+    pub total_ns: u64,
+}
+
+/// Scheduler totals per `TimeClass`, in a per-CPU array.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TimeStats {
+    pub total_ns: u64,
+    pub episodes: u64,
+}
+
+/// Block key: kernel-encoded dev_t (major << 20 | minor) and BlockClass.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    pub dev: u32,
+    pub class: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BlockStats {
+    /// Completions (a request completed in parts counts each part).
+    pub completions: u64,
+    /// Bytes completed; matches the sectors the kernel adds to /sys/block/*/stat.
+    pub bytes: u64,
+    /// Requests issued to the driver.
+    pub issued: u64,
+    pub queue_ns: u64,
+    pub device_ns: u64,
+}
+
+/// Per-thread state of a followed task. The thread itself is the only writer except for
+/// wakeups and switch-ins, which happen while it is not running, so no locking is needed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TaskState {
+    /// When the thread last went on-CPU (0: not running or unknown).
+    pub on_since: u64,
+    /// When the current off-CPU episode (or its current phase) began.
+    pub off_since: u64,
+    /// TimeClass of that episode.
+    pub off_class: u32,
+    /// Syscall in flight (valid while `sc_start != 0`).
+    pub sc_nr: u32,
+    pub sc_start: u64,
+    /// Zero until the thread execs the target command: syscalls fsprof's own forked child
+    /// makes before exec are not the target's and are not counted. Inherited on fork.
+    pub armed: u32,
+    pub _pad: u32,
+}
+
+/// Block request in flight, keyed by `struct request *`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestTimes {
+    pub start: u64,
+    pub issue: u64,
+}
+
+/// Counters of things that went wrong or were dropped; every report shows non-zero ones.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// A new thread could not be followed: task table full.
+    TaskTableFull = 0,
+    /// A histogram bucket could not be created: histogram map full.
+    HistFull = 1,
+    /// A block (device, class) slot could not be created.
+    BlockKeysFull = 2,
+    /// A block request start could not be stored.
+    RequestTableFull = 3,
+    /// A kernel memory read failed (the offsets or the object were bad).
+    ReadFailed = 4,
+    /// A syscall number beyond MAX_SYSCALLS.
+    SyscallOutOfRange = 5,
+}
+pub const LOST_KINDS: u32 = 6;
+
+impl Lost {
+    pub const ALL: [Lost; LOST_KINDS as usize] = [
+        Lost::TaskTableFull,
+        Lost::HistFull,
+        Lost::BlockKeysFull,
+        Lost::RequestTableFull,
+        Lost::ReadFailed,
+        Lost::SyscallOutOfRange,
+    ];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Lost::TaskTableFull => "task_table_full",
+            Lost::HistFull => "histogram_full",
+            Lost::BlockKeysFull => "block_keys_full",
+            Lost::RequestTableFull => "request_table_full",
+            Lost::ReadFailed => "kernel_read_failed",
+            Lost::SyscallOutOfRange => "syscall_out_of_range",
+        }
+    }
+}
+
+/// Plain event counters (not losses), per-CPU array.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Threads and processes that joined the target through fork/clone.
+    TasksForked = 0,
+    /// Followed threads that exited.
+    TasksExited = 1,
+    /// Syscalls that never returned (exit, exit_group, or still running at exit).
+    SyscallsUnfinished = 2,
+}
+pub const COUNTERS: u32 = 3;
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    use crate::config::ProbeConfig;
+    // SAFETY: all are repr(C) structs of integers with no padding holes that matter.
+    unsafe impl aya::Pod for HistKey {}
+    unsafe impl aya::Pod for SyscallStats {}
+    unsafe impl aya::Pod for TimeStats {}
+    unsafe impl aya::Pod for BlockKey {}
+    unsafe impl aya::Pod for BlockStats {}
+    unsafe impl aya::Pod for TaskState {}
+    unsafe impl aya::Pod for RequestTimes {}
+    unsafe impl aya::Pod for ProbeConfig {}
+}

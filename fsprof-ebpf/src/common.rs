@@ -1,0 +1,123 @@
+//! Maps and helpers shared by every probe.
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::map,
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+};
+use fsprof_common::{
+    COUNTERS, Counter, HistKey, HistKind, LOST_KINDS, Lost, MAX_HIST_ENTRIES, MAX_TASKS,
+    ProbeConfig, TaskState, hist::bucket_of,
+};
+
+/// Set by userspace before load (see fsprof::probes::offsets).
+#[unsafe(no_mangle)]
+static CONFIG: ProbeConfig = ProbeConfig {
+    task_pid: 0,
+    task_in_iowait_byte: 0,
+    task_in_iowait_mask: 0,
+    request_q: 0,
+    queue_disk: 0,
+    disk_major: 0,
+    disk_first_minor: 0,
+    request_data_len: 0,
+    request_cmd_flags: 0,
+    filter_devices: 0,
+};
+
+/// Threads being followed: the target and everything it forks.
+#[map]
+pub static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TASKS, 0);
+
+#[map]
+static HISTS: PerCpuHashMap<HistKey, u64> = PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
+
+#[map]
+static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_KINDS, 0);
+
+#[map]
+static EVENTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTERS, 0);
+
+#[inline(always)]
+pub fn config() -> ProbeConfig {
+    // Volatile: the loader rewrites this global; the compiler must not fold the zeros.
+    unsafe { core::ptr::read_volatile(&CONFIG) }
+}
+
+#[inline(always)]
+pub fn now() -> u64 {
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+pub fn current_tid() -> u32 {
+    bpf_get_current_pid_tgid() as u32
+}
+
+#[inline(always)]
+fn bump(array: &PerCpuArray<u64>, index: u32) {
+    if let Some(p) = array.get_ptr_mut(index) {
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+pub fn lost(kind: Lost) {
+    bump(&LOST, kind as u32);
+}
+
+#[inline(always)]
+pub fn count(counter: Counter) {
+    bump(&EVENTS, counter as u32);
+}
+
+/// Reads a `T` at `base + offset` in kernel memory; a failed read is counted.
+#[inline(always)]
+pub fn read_kernel<T>(base: u64, offset: u32) -> Option<T> {
+    if base == 0 {
+        return None;
+    }
+    match unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T) } {
+        Ok(v) => Some(v),
+        Err(_) => {
+            lost(Lost::ReadFailed);
+            None
+        }
+    }
+}
+
+/// Pointer to the value for `key` in a per-CPU hash, creating it zeroed when absent.
+#[inline(always)]
+pub fn entry<K, V: Default>(map: &PerCpuHashMap<K, V>, key: &K, full: Lost) -> Option<*mut V> {
+    if let Some(p) = map.get_ptr_mut(key) {
+        return Some(p);
+    }
+    // Another CPU may win the race to create it; then the lookup below finds it.
+    let _ = map.insert(key, V::default(), BPF_NOEXIST as u64);
+    let p = map.get_ptr_mut(key);
+    if p.is_none() {
+        lost(full);
+    }
+    p
+}
+
+/// Adds one `value` to histogram (kind, class, id).
+#[inline(always)]
+pub fn hist_add(kind: HistKind, class: u32, id: u32, value: u64) {
+    let key = HistKey {
+        kind: kind as u32,
+        class,
+        id,
+        bucket: bucket_of(value),
+    };
+    if let Some(p) = entry(&HISTS, &key, Lost::HistFull) {
+        unsafe { *p += 1 };
+    }
+}
+
+/// `tid` of a `struct task_struct *`.
+#[inline(always)]
+pub fn task_tid(task: u64) -> Option<u32> {
+    read_kernel::<i32>(task, config().task_pid).map(|p| p as u32)
+}

@@ -1,0 +1,2 @@
+// Empty: lets fsprof take this crate as a build-dependency so cargo rebuilds on changes.
+#![no_std]

@@ -1,0 +1,72 @@
+//! Syscall boundary: count, errors, bytes and latency per syscall number, for followed
+//! threads only. Entry time lives in the thread's TaskState, so this costs one hash lookup.
+
+use aya_ebpf::{
+    macros::{map, raw_tracepoint},
+    maps::PerCpuArray,
+    programs::RawTracePointContext,
+};
+use fsprof_common::{HistKind, Lost, MAX_SYSCALLS, SyscallStats};
+
+use crate::common::{TASKS, current_tid, hist_add, lost, now};
+
+#[map]
+static SYSCALLS: PerCpuArray<SyscallStats> = PerCpuArray::with_max_entries(MAX_SYSCALLS, 0);
+
+// TP_PROTO(struct pt_regs *regs, long id)
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
+    if let Some(t) = TASKS.get_ptr_mut(current_tid()) {
+        unsafe {
+            (*t).sc_nr = ctx.arg::<u64>(1) as u32;
+            (*t).sc_start = now();
+        }
+    }
+    0
+}
+
+// TP_PROTO(struct pt_regs *regs, long ret)
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
+    let Some(t) = TASKS.get_ptr_mut(current_tid()) else {
+        return 0;
+    };
+    let (nr, start, armed) = unsafe { ((*t).sc_nr, (*t).sc_start, (*t).armed) };
+    if start == 0 {
+        return 0;
+    }
+    unsafe { (*t).sc_start = 0 };
+    // Entered before exec, finished after it: execve itself counts, nothing earlier does.
+    if armed == 0 {
+        return 0;
+    }
+    let latency = now().saturating_sub(start);
+    let ret = ctx.arg::<i64>(1);
+    if nr >= MAX_SYSCALLS {
+        lost(Lost::SyscallOutOfRange);
+        return 0;
+    }
+    if let Some(s) = SYSCALLS.get_ptr_mut(nr) {
+        unsafe {
+            (*s).count += 1;
+            if ret < 0 {
+                (*s).errors += 1;
+            } else {
+                (*s).ret_sum = (*s).ret_sum.wrapping_add(ret as u64);
+            }
+            (*s).total_ns += latency;
+        }
+    }
+    hist_add(HistKind::SyscallLatency, 0, nr, latency);
+    0
+}
+
+// TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm): the held
+// child became the target command; from here on its syscalls count.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
+    if let Some(t) = TASKS.get_ptr_mut(current_tid()) {
+        unsafe { (*t).armed = 1 };
+    }
+    0
+}

@@ -1,0 +1,68 @@
+//! Kernel bucket counts → hdrhistogram, and the percentile summary the reports print.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use fsprof_common::hist::{MAX_VALUE, bucket_mid};
+
+/// Builds an hdrhistogram from (bucket, count) pairs, recording each bucket's midpoint.
+pub fn from_buckets(buckets: impl IntoIterator<Item = (u32, u64)>) -> Histogram<u64> {
+    // Fixed bounds: new(3) would start at a max of 2 and saturating_record would clamp.
+    let mut h = Histogram::<u64>::new_with_bounds(1, MAX_VALUE + 1, 3).expect("valid bounds");
+    for (b, n) in buckets {
+        if n > 0 {
+            h.saturating_record_n(bucket_mid(b), n);
+        }
+    }
+    h
+}
+
+/// Percentiles of a histogram; values in the histogram's unit (ns or bytes).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    pub count: u64,
+    pub mean: f64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
+impl Summary {
+    pub fn of(h: &Histogram<u64>) -> Summary {
+        if h.is_empty() {
+            return Summary::default();
+        }
+        Summary {
+            count: h.len(),
+            mean: h.mean(),
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fsprof_common::hist::bucket_of;
+
+    #[test]
+    fn percentiles_within_two_percent() {
+        // 1..=100_000 ns uniformly: exact p50 = 50_000, p99 = 99_000.
+        let mut counts = std::collections::BTreeMap::new();
+        for v in 1..=100_000u64 {
+            *counts.entry(bucket_of(v)).or_insert(0u64) += 1;
+        }
+        let s = Summary::of(&from_buckets(counts));
+        for (got, want) in [(s.p50, 50_000.0), (s.p90, 90_000.0), (s.p99, 99_000.0)] {
+            let err = (got as f64 - want).abs() / want;
+            assert!(err < 0.02, "got {got} want {want}");
+        }
+        assert_eq!(s.count, 100_000);
+    }
+}

@@ -1,0 +1,256 @@
+//! Reads the kernel-side aggregates out of the maps into a `Profile`.
+
+pub mod histogram;
+
+use std::collections::{BTreeMap, HashMap as StdHashMap};
+
+use anyhow::{Context, Result};
+use aya::maps::{PerCpuArray, PerCpuHashMap, PerCpuValues};
+use fsprof_common::{
+    BlockClass, BlockKey, BlockStats, COUNTERS, Counter, HistKey, HistKind, LOST_KINDS, Lost,
+    MAX_SYSCALLS, SyscallStats, TIME_CLASSES, TimeClass, TimeStats,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{probes::Probes, syscall_table};
+use histogram::{Summary, from_buckets};
+
+/// Everything the kernel side aggregated for one traced interval.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Profile {
+    /// One row per syscall the target made, by total time, longest first.
+    pub syscalls: Vec<SyscallRow>,
+    /// Thread-time of the target by scheduler state, in ns summed over its threads.
+    pub time: TimeSplit,
+    /// One row per (device, class) with traffic.
+    pub block: Vec<BlockRow>,
+    /// Non-zero loss counters by name; empty when nothing was lost.
+    pub lost: BTreeMap<String, u64>,
+    pub tasks_forked: u64,
+    pub tasks_exited: u64,
+    pub syscalls_unfinished: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SyscallRow {
+    pub nr: u32,
+    pub name: String,
+    /// VFS operation group (open, read, write, …) or "other".
+    pub op: String,
+    pub count: u64,
+    pub errors: u64,
+    /// Bytes transferred, for syscalls that move data; null otherwise.
+    pub bytes: Option<u64>,
+    pub total_ns: u64,
+    /// Latency in ns.
+    pub latency: Summary,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClassTime {
+    pub ns: u64,
+    /// Number of contiguous intervals spent in the class.
+    pub episodes: u64,
+    /// Length of one interval, ns (off-CPU classes only).
+    pub episode: Option<Summary>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TimeSplit {
+    pub on_cpu: ClassTime,
+    pub io_wait: ClassTime,
+    pub uninterruptible: ClassTime,
+    pub sleep: ClassTime,
+    pub run_queue: ClassTime,
+    pub other: ClassTime,
+}
+
+impl TimeSplit {
+    pub fn class(&self, c: TimeClass) -> &ClassTime {
+        match c {
+            TimeClass::OnCpu => &self.on_cpu,
+            TimeClass::IoWait => &self.io_wait,
+            TimeClass::Uninterruptible => &self.uninterruptible,
+            TimeClass::Sleep => &self.sleep,
+            TimeClass::RunQueue => &self.run_queue,
+            TimeClass::Other => &self.other,
+        }
+    }
+    fn class_mut(&mut self, c: TimeClass) -> &mut ClassTime {
+        match c {
+            TimeClass::OnCpu => &mut self.on_cpu,
+            TimeClass::IoWait => &mut self.io_wait,
+            TimeClass::Uninterruptible => &mut self.uninterruptible,
+            TimeClass::Sleep => &mut self.sleep,
+            TimeClass::RunQueue => &mut self.run_queue,
+            TimeClass::Other => &mut self.other,
+        }
+    }
+    pub fn off_cpu_ns(&self) -> u64 {
+        TimeClass::ALL[1..].iter().map(|&c| self.class(c).ns).sum()
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BlockRow {
+    /// "major:minor"
+    pub dev: String,
+    /// Kernel name (loop0, vda) when /sys/dev/block knows it.
+    pub name: String,
+    pub class: String,
+    pub issued: u64,
+    pub completions: u64,
+    pub bytes: u64,
+    /// Request size at issue, bytes.
+    pub size: Summary,
+    /// Start/insert → issue, ns.
+    pub queue_latency: Summary,
+    /// Issue → complete, ns.
+    pub device_latency: Summary,
+}
+
+/// Kernel dev_t (major << 20 | minor) → (major, minor).
+pub fn split_kdev(dev: u32) -> (u32, u32) {
+    (dev >> 20, dev & 0xfffff)
+}
+
+pub fn make_kdev(major: u32, minor: u32) -> u32 {
+    (major << 20) | minor
+}
+
+fn sum<T: aya::Pod, A: Default>(values: &PerCpuValues<T>, add: impl Fn(A, &T) -> A) -> A {
+    values.iter().fold(A::default(), add)
+}
+
+fn dev_name(major: u32, minor: u32) -> String {
+    std::fs::read_link(format!("/sys/dev/block/{major}:{minor}"))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default()
+}
+
+type HistId = (u32, u32, u32);
+
+fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
+    let map: PerCpuHashMap<_, HistKey, u64> =
+        PerCpuHashMap::try_from(probes.ebpf.map("HISTS").context("HISTS map")?)?;
+    let mut out: StdHashMap<HistId, Vec<(u32, u64)>> = StdHashMap::new();
+    for item in map.iter() {
+        let (k, v) = item?;
+        let n: u64 = v.iter().sum();
+        out.entry((k.kind, k.class, k.id))
+            .or_default()
+            .push((k.bucket, n));
+    }
+    Ok(out)
+}
+
+fn summary(
+    hists: &StdHashMap<HistId, Vec<(u32, u64)>>,
+    kind: HistKind,
+    class: u32,
+    id: u32,
+) -> Summary {
+    hists
+        .get(&(kind as u32, class, id))
+        .map(|b| Summary::of(&from_buckets(b.iter().copied())))
+        .unwrap_or_default()
+}
+
+/// Reads every aggregate. Safe to call while probes are attached (a live snapshot).
+pub fn collect(probes: &Probes) -> Result<Profile> {
+    let ebpf = &probes.ebpf;
+    let hists = read_hists(probes)?;
+    let mut profile = Profile::default();
+
+    let sc: PerCpuArray<_, SyscallStats> =
+        PerCpuArray::try_from(ebpf.map("SYSCALLS").context("SYSCALLS map")?)?;
+    for nr in 0..MAX_SYSCALLS {
+        let s: SyscallStats = sum(&sc.get(&nr, 0)?, |a: SyscallStats, b| SyscallStats {
+            count: a.count + b.count,
+            errors: a.errors + b.errors,
+            ret_sum: a.ret_sum.wrapping_add(b.ret_sum),
+            total_ns: a.total_ns + b.total_ns,
+        });
+        if s.count == 0 {
+            continue;
+        }
+        let name = syscall_table::name(nr);
+        profile.syscalls.push(SyscallRow {
+            nr,
+            op: syscall_table::op_of(&name).to_string(),
+            bytes: syscall_table::moves_bytes(&name).then_some(s.ret_sum),
+            name,
+            count: s.count,
+            errors: s.errors,
+            total_ns: s.total_ns,
+            latency: summary(&hists, HistKind::SyscallLatency, 0, nr),
+        });
+    }
+    profile
+        .syscalls
+        .sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.nr.cmp(&b.nr)));
+
+    let times: PerCpuArray<_, TimeStats> =
+        PerCpuArray::try_from(ebpf.map("TIMES").context("TIMES map")?)?;
+    for class in TimeClass::ALL.into_iter().take(TIME_CLASSES as usize) {
+        let t: TimeStats = sum(&times.get(&(class as u32), 0)?, |a: TimeStats, b| {
+            TimeStats {
+                total_ns: a.total_ns + b.total_ns,
+                episodes: a.episodes + b.episodes,
+            }
+        });
+        let c = profile.time.class_mut(class);
+        c.ns = t.total_ns;
+        c.episodes = t.episodes;
+        if class != TimeClass::OnCpu {
+            c.episode = Some(summary(&hists, HistKind::OffCpuEpisode, class as u32, 0));
+        }
+    }
+
+    let block: PerCpuHashMap<_, BlockKey, BlockStats> =
+        PerCpuHashMap::try_from(ebpf.map("BLOCK").context("BLOCK map")?)?;
+    for item in block.iter() {
+        let (k, v) = item?;
+        let s: BlockStats = sum(&v, |a: BlockStats, b| BlockStats {
+            completions: a.completions + b.completions,
+            bytes: a.bytes + b.bytes,
+            issued: a.issued + b.issued,
+            queue_ns: a.queue_ns + b.queue_ns,
+            device_ns: a.device_ns + b.device_ns,
+        });
+        let (major, minor) = split_kdev(k.dev);
+        profile.block.push(BlockRow {
+            dev: format!("{major}:{minor}"),
+            name: dev_name(major, minor),
+            class: BlockClass::from_u32(k.class).name().to_string(),
+            issued: s.issued,
+            completions: s.completions,
+            bytes: s.bytes,
+            size: summary(&hists, HistKind::BlockSize, k.class, k.dev),
+            queue_latency: summary(&hists, HistKind::BlockQueueLatency, k.class, k.dev),
+            device_latency: summary(&hists, HistKind::BlockDeviceLatency, k.class, k.dev),
+        });
+    }
+    profile
+        .block
+        .sort_by(|a, b| (&a.name, &a.dev, &a.class).cmp(&(&b.name, &b.dev, &b.class)));
+
+    let lost: PerCpuArray<_, u64> = PerCpuArray::try_from(ebpf.map("LOST").context("LOST map")?)?;
+    for kind in Lost::ALL.into_iter().take(LOST_KINDS as usize) {
+        let n: u64 = lost.get(&(kind as u32), 0)?.iter().sum();
+        if n > 0 {
+            profile.lost.insert(kind.name().to_string(), n);
+        }
+    }
+    let events: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(ebpf.map("EVENTS").context("EVENTS map")?)?;
+    let counter = |c: Counter| -> Result<u64> {
+        debug_assert!((c as u32) < COUNTERS);
+        Ok(events.get(&(c as u32), 0)?.iter().sum())
+    };
+    profile.tasks_forked = counter(Counter::TasksForked)?;
+    profile.tasks_exited = counter(Counter::TasksExited)?;
+    profile.syscalls_unfinished = counter(Counter::SyscallsUnfinished)?;
+    Ok(profile)
+}

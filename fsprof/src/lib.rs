@@ -1,0 +1,16 @@
+//! fsprof: a tracing profiler for filesystem workloads.
+//!
+//! The pipeline, one module per stage: `lab` (fresh filesystems on loop devices) →
+//! `workload` (what runs on them) → `probes` (eBPF programs in the kernel) → `aggregate`
+//! (maps → profile) → `report` (tables and JSON). `trace` ties probes, a target and
+//! aggregation together.
+
+pub mod aggregate;
+pub mod lab;
+pub mod probes;
+pub mod report;
+pub mod signals;
+pub mod syscall_table;
+pub mod target;
+pub mod trace;
+pub mod workload;

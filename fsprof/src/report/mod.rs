@@ -1,0 +1,16 @@
+//! Reports for people (terminal tables) and programs (versioned JSON).
+
+pub mod table;
+pub mod units;
+
+use std::{fs, path::Path};
+
+use anyhow::{Context, Result};
+
+use crate::trace::TraceResult;
+
+/// Writes `result` as pretty JSON (schema in docs/json.md).
+pub fn write_json(result: &TraceResult, path: &Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(result)?;
+    fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,176 @@
+//! The terminal report of one traced interval.
+
+use std::fmt::Write as _;
+
+use fsprof_common::TimeClass;
+
+use super::units::{bytes, duration_ns, percent, seconds};
+use crate::trace::TraceResult;
+
+/// Left-aligned first column, right-aligned rest, widths from the content.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::from(" ");
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            let pad = w - c.chars().count();
+            if i < 2 {
+                s.push_str(&format!(" {c}{}", " ".repeat(pad)));
+            } else {
+                s.push_str(&format!(" {}{c}", " ".repeat(pad)));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+const CLASS_LABELS: [(TimeClass, &str); 6] = [
+    (TimeClass::OnCpu, "on-CPU"),
+    (TimeClass::IoWait, "I/O wait"),
+    (TimeClass::Uninterruptible, "other D-wait"),
+    (TimeClass::Sleep, "sleep"),
+    (TimeClass::RunQueue, "run-queue"),
+    (TimeClass::Other, "other"),
+];
+
+pub fn render(r: &TraceResult) -> String {
+    let mut o = String::new();
+    let what = if r.command.is_empty() {
+        format!("PID {}", r.pid.unwrap_or(0))
+    } else {
+        r.command.join(" ")
+    };
+    let status = match (r.exit_code, r.exit_signal) {
+        (Some(c), _) => format!("exit {c}"),
+        (_, Some(s)) => format!("killed by signal {s}"),
+        _ => "still running".into(),
+    };
+    let _ = writeln!(o, "fsprof trace: {what}  [{status}, kernel {}]", r.kernel);
+    let _ = writeln!(
+        o,
+        "  wall {}   user {}   sys {}   CPU {:.0}%",
+        seconds(r.wall_ns),
+        seconds(r.user_ns),
+        seconds(r.sys_ns),
+        r.cpu_percent()
+    );
+    let t = &r.profile.time;
+    let mut parts = Vec::new();
+    for (class, label) in CLASS_LABELS {
+        let ns = t.class(class).ns;
+        if ns > 0 || matches!(class, TimeClass::OnCpu | TimeClass::IoWait) {
+            parts.push(format!(
+                "{label} {} ({})",
+                seconds(ns),
+                percent(ns, r.wall_ns)
+            ));
+        }
+    }
+    let _ = writeln!(o, "  thread time (% of wall): {}", parts.join("   "));
+    if r.profile.tasks_forked > 0 {
+        let _ = writeln!(
+            o,
+            "  followed {} forked tasks ({} exited)",
+            r.profile.tasks_forked, r.profile.tasks_exited
+        );
+    }
+
+    let _ = writeln!(o, "\nsyscalls, by total time");
+    let rows: Vec<Vec<String>> = r
+        .profile
+        .syscalls
+        .iter()
+        .map(|s| {
+            let l = &s.latency;
+            vec![
+                s.op.clone(),
+                s.name.clone(),
+                s.count.to_string(),
+                s.errors.to_string(),
+                s.bytes.map(bytes).unwrap_or_else(|| "-".into()),
+                duration_ns(s.total_ns),
+                duration_ns(l.p50),
+                duration_ns(l.p90),
+                duration_ns(l.p99),
+                duration_ns(l.p999),
+                duration_ns(l.max),
+            ]
+        })
+        .collect();
+    o.push_str(&table(
+        &[
+            "op", "syscall", "count", "errors", "bytes", "total", "p50", "p90", "p99", "p99.9",
+            "max",
+        ],
+        &rows,
+    ));
+
+    let _ = writeln!(o, "\nblock I/O, per device and class");
+    if r.profile.block.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .profile
+            .block
+            .iter()
+            .map(|b| {
+                vec![
+                    format!("{} ({})", b.name, b.dev),
+                    b.class.clone(),
+                    b.completions.to_string(),
+                    bytes(b.bytes),
+                    bytes(b.size.p50),
+                    duration_ns(b.queue_latency.p50),
+                    duration_ns(b.queue_latency.p99),
+                    duration_ns(b.device_latency.p50),
+                    duration_ns(b.device_latency.p99),
+                    duration_ns(b.device_latency.max),
+                ]
+            })
+            .collect();
+        o.push_str(&table(
+            &[
+                "device",
+                "class",
+                "requests",
+                "bytes",
+                "size p50",
+                "queue p50",
+                "queue p99",
+                "dev p50",
+                "dev p99",
+                "dev max",
+            ],
+            &rows,
+        ));
+    }
+    if r.profile.lost.is_empty() {
+        let _ = writeln!(o, "\nlost events: none");
+    } else {
+        let lost: Vec<String> = r
+            .profile
+            .lost
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "\nLOST EVENTS (figures above are incomplete): {}",
+            lost.join(" ")
+        );
+    }
+    if !r.missing_hooks.is_empty() {
+        let _ = writeln!(o, "missing optional hooks: {}", r.missing_hooks.join(" "));
+    }
+    o
+}

@@ -1,0 +1,54 @@
+//! Human formatting of durations, bytes and shares.
+
+pub fn duration_ns(ns: u64) -> String {
+    let v = ns as f64;
+    if ns < 1_000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1}µs", v / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2}ms", v / 1e6)
+    } else {
+        format!("{:.3}s", v / 1e9)
+    }
+}
+
+pub fn seconds(ns: u64) -> String {
+    format!("{:.3}s", ns as f64 / 1e9)
+}
+
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b}B")
+    } else {
+        format!("{v:.1}{}", UNITS[u])
+    }
+}
+
+pub fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".into();
+    }
+    format!("{:.1}%", 100.0 * part as f64 / whole as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(duration_ns(999), "999ns");
+        assert_eq!(duration_ns(1_500), "1.5µs");
+        assert_eq!(duration_ns(2_500_000_000), "2.500s");
+        assert_eq!(bytes(4096), "4.0KiB");
+        assert_eq!(percent(1, 4), "25.0%");
+    }
+}

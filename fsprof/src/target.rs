@@ -1,0 +1,226 @@
+//! The traced target: a command fsprof starts (held before exec until the probes follow
+//! it, so not one syscall is missed), or a running process tree (`-p PID`).
+
+use std::{
+    ffi::CString,
+    fs,
+    io::{Read, Write},
+    os::unix::{ffi::OsStrExt, fs::PermissionsExt},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::signals;
+
+/// How the target ended and what it cost, as wait4(2) reports it (GNU time's source).
+#[derive(Clone, Debug, Default)]
+pub struct Exit {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub wall: Duration,
+    pub user: Duration,
+    pub sys: Duration,
+}
+
+/// A child forked and stopped just before exec.
+pub struct Held {
+    pid: i32,
+    release: fs::File,
+    exec_error: fs::File,
+    argv0: String,
+}
+
+fn tv(t: libc::timeval) -> Duration {
+    Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000)
+}
+
+fn pipe() -> Result<(i32, i32)> {
+    let mut fds = [0; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("pipe2");
+    }
+    Ok((fds[0], fds[1]))
+}
+
+/// The file `prog` names, searched in PATH as a shell would. Done here, not by execvp in
+/// the child, so the target makes exactly one execve (as under strace) and a missing
+/// command is a clear error before anything starts.
+fn resolve_program(prog: &str) -> Result<PathBuf> {
+    if prog.contains('/') {
+        return Ok(PathBuf::from(prog));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        .with_context(|| format!("cannot run {prog:?}: command not found in PATH"))
+}
+
+fn cstring(s: impl AsRef<[u8]>) -> Result<CString> {
+    CString::new(s.as_ref()).context("argument contains a NUL byte")
+}
+
+/// Forks `argv`, with `cwd` as working directory; the child waits before exec until
+/// `Held::run`. A plain fork/exec because std's spawn() waits for the exec, which we hold.
+pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
+    if argv.is_empty() {
+        bail!("no command given: use `fsprof trace -- COMMAND [ARGS…]`");
+    }
+    // Everything the child needs is prepared before fork: after it, only
+    // async-signal-safe calls.
+    let program = cstring(resolve_program(&argv[0])?.as_os_str().as_bytes())?;
+    let args: Vec<CString> = argv.iter().map(cstring).collect::<Result<_>>()?;
+    let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    arg_ptrs.push(std::ptr::null());
+    let dir = cwd.map(|d| cstring(d.as_os_str().as_bytes())).transpose()?;
+    let (hold_r, hold_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("fork");
+    }
+    if pid == 0 {
+        unsafe {
+            libc::close(hold_w);
+            libc::close(err_r);
+            // Default dispositions: fsprof's handlers must not leak into the command.
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            let mut b = 0u8;
+            // The parent closing without writing means it gave up: do not run the command.
+            if libc::read(hold_r, (&mut b as *mut u8).cast(), 1) != 1 {
+                libc::_exit(127);
+            }
+            if let Some(d) = &dir
+                && libc::chdir(d.as_ptr()) != 0
+            {
+                let e = *libc::__errno_location();
+                libc::write(err_w, (&e as *const i32).cast(), 4);
+                libc::_exit(127);
+            }
+            libc::execv(program.as_ptr(), arg_ptrs.as_ptr());
+            let e = *libc::__errno_location();
+            libc::write(err_w, (&e as *const i32).cast(), 4);
+            libc::_exit(127);
+        }
+    }
+    unsafe {
+        libc::close(hold_r);
+        libc::close(err_w);
+    }
+    use std::os::fd::FromRawFd;
+    Ok(Held {
+        pid,
+        release: unsafe { fs::File::from_raw_fd(hold_w) },
+        exec_error: unsafe { fs::File::from_raw_fd(err_r) },
+        argv0: argv[0].clone(),
+    })
+}
+
+impl Held {
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Lets the child exec and waits for it, returning its rusage-based times.
+    pub fn run(mut self) -> Result<Exit> {
+        signals::set_child(self.pid);
+        let start = Instant::now();
+        self.release
+            .write_all(b"g")
+            .context("releasing the child")?;
+        drop(self.release);
+        // EOF (exec closed the CLOEXEC pipe) means the command started; 4 bytes are errno.
+        let mut errno = [0u8; 4];
+        let exec_failed = self.exec_error.read_exact(&mut errno).is_ok();
+        let mut status = 0;
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        loop {
+            let r = unsafe { libc::wait4(self.pid, &mut status, 0, &mut ru) };
+            if r == self.pid {
+                break;
+            }
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EINTR) {
+                return Err(err).context("wait4");
+            }
+        }
+        let wall = start.elapsed();
+        signals::set_child(0);
+        if exec_failed {
+            let e = std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
+            bail!("cannot run {:?}: {e}", self.argv0);
+        }
+        Ok(Exit {
+            code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+            signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+            wall,
+            user: tv(ru.ru_utime),
+            sys: tv(ru.ru_stime),
+        })
+    }
+}
+
+/// Every thread of `pid` and of all its descendants, as /proc shows them now.
+pub fn process_tree_threads(pid: u32) -> Result<Vec<u32>> {
+    if !Path::new(&format!("/proc/{pid}")).exists() {
+        bail!("no process with PID {pid}");
+    }
+    let mut children: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+    for entry in fs::read_dir("/proc")?.flatten() {
+        let Some(p) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(ppid) = stat_field(p, 3) {
+            children.entry(ppid as u32).or_default().push(p);
+        }
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![pid];
+    while let Some(p) = stack.pop() {
+        if let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) {
+            out.extend(
+                tasks
+                    .flatten()
+                    .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok()),
+            );
+        }
+        stack.extend(children.get(&p).into_iter().flatten());
+    }
+    Ok(out)
+}
+
+/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat.
+fn stat_field(pid: u32, n: usize) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm may contain spaces and parens: fields restart after the last ')'.
+    let rest = &s[s.rfind(')')? + 2..];
+    rest.split(' ').nth(n - 3)?.parse().ok()
+}
+
+/// CPU time of a live process and its reaped children (utime+cutime, stime+cstime).
+pub fn process_cpu(pid: u32) -> Option<(Duration, Duration)> {
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let f = |n| stat_field(pid, n).map(|v| v as f64 / tick);
+    let user = f(14)? + f(16)?;
+    let sys = f(15)? + f(17)?;
+    Some((Duration::from_secs_f64(user), Duration::from_secs_f64(sys)))
+}
+
+pub fn alive(pid: u32) -> bool {
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// Reads a whole small file into a String, trimmed.
+pub fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
+    let mut s = String::new();
+    fs::File::open(path).ok()?.read_to_string(&mut s).ok()?;
+    Some(s.trim().to_string())
+}

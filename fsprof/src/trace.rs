@@ -1,0 +1,119 @@
+//! `fsprof trace`: probes → target → aggregation, for one command or one process tree.
+
+use std::{
+    path::PathBuf,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    aggregate::{self, Profile},
+    probes::{ProbeOptions, Probes},
+    signals, target,
+};
+
+/// Version of the JSON layout of `TraceResult` (docs/json.md). Bump on any breaking change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Default)]
+pub struct TraceOptions {
+    /// Command to start; empty with `pid` set.
+    pub command: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    /// Follow this running process tree instead of starting a command.
+    pub pid: Option<u32>,
+    /// With `pid`: stop after this long (else when it exits or on Ctrl-C).
+    pub duration: Option<Duration>,
+    pub probes: ProbeOptions,
+    /// Print the hook-set line to stderr.
+    pub verbose: bool,
+}
+
+/// One traced interval, as printed and as written with `--json`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TraceResult {
+    pub schema_version: u32,
+    pub fsprof_version: String,
+    pub kernel: String,
+    pub command: Vec<String>,
+    pub pid: Option<u32>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub wall_ns: u64,
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    pub hooks: Vec<String>,
+    pub missing_hooks: Vec<String>,
+    pub profile: Profile,
+}
+
+impl TraceResult {
+    pub fn cpu_percent(&self) -> f64 {
+        if self.wall_ns == 0 {
+            return 0.0;
+        }
+        100.0 * (self.user_ns + self.sys_ns) as f64 / self.wall_ns as f64
+    }
+}
+
+pub fn kernel_release() -> String {
+    target::read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default()
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
+    signals::install();
+    let mut probes = Probes::load(&opts.probes)?;
+    if opts.verbose {
+        eprintln!("{}", probes.describe());
+    }
+    let mut result = TraceResult {
+        schema_version: SCHEMA_VERSION,
+        fsprof_version: env!("CARGO_PKG_VERSION").to_string(),
+        kernel: kernel_release(),
+        command: opts.command.clone(),
+        pid: opts.pid,
+        hooks: probes.attached.iter().map(|s| s.to_string()).collect(),
+        missing_hooks: probes.missing.iter().map(|(s, _)| s.to_string()).collect(),
+        ..Default::default()
+    };
+    match opts.pid {
+        Some(pid) => {
+            let before = target::process_cpu(pid);
+            for tid in target::process_tree_threads(pid)? {
+                probes.follow(tid, true)?;
+            }
+            let start = Instant::now();
+            while target::alive(pid)
+                && signals::received().is_none()
+                && opts.duration.is_none_or(|d| start.elapsed() < d)
+            {
+                thread::sleep(Duration::from_millis(50));
+            }
+            result.wall_ns = ns(start.elapsed());
+            if let (Some((u0, s0)), Some((u1, s1))) = (before, target::process_cpu(pid)) {
+                result.user_ns = ns(u1.saturating_sub(u0));
+                result.sys_ns = ns(s1.saturating_sub(s0));
+            }
+        }
+        None => {
+            signals::check()?;
+            let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
+            probes.follow(held.pid(), false)?;
+            let exit = held.run()?;
+            result.exit_code = exit.code;
+            result.exit_signal = exit.signal;
+            result.wall_ns = ns(exit.wall);
+            result.user_ns = ns(exit.user);
+            result.sys_ns = ns(exit.sys);
+        }
+    }
+    result.profile = aggregate::collect(&probes)?;
+    Ok(result)
+}

@@ -1,0 +1,133 @@
+//! Helpers for the integration tests: they run as root against the real kernel, on loop
+//! filesystems that are always removed (the lab types clean up in `Drop`, also on panic).
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+use fsprof::{
+    lab::{FsKind, LabFs, LabOptions},
+    trace::{self, TraceOptions, TraceResult},
+};
+
+/// getppid calls made by each `spawner child` and each `spawner tree` thread.
+pub const CHILD_CALLS: u64 = 3;
+pub const THREAD_CALLS: u64 = 20;
+
+/// True when running as root; otherwise prints why the calling test is skipped.
+pub fn root_or_skip(test: &str) -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("SKIPPED {test}: needs root (loads eBPF, makes loop filesystems)");
+    }
+    root
+}
+
+/// A fresh filesystem of `kind` and `size` bytes, with images under /var/tmp/fsprof-tests.
+pub fn lab(kind: FsKind, size: u64, mount_opts: &str) -> LabFs {
+    let opts = LabOptions {
+        size,
+        image_dir: PathBuf::from("/var/tmp/fsprof-tests"),
+        mount_opts: mount_opts.to_string(),
+        ..Default::default()
+    };
+    LabFs::create(kind, &opts).expect("creating lab filesystem")
+}
+
+pub fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+/// Traces `command` started in `cwd`.
+pub fn trace(command: Vec<String>, cwd: Option<&Path>) -> TraceResult {
+    let opts = TraceOptions {
+        command,
+        cwd: cwd.map(Path::to_path_buf),
+        ..Default::default()
+    };
+    trace::run(&opts).expect("tracing")
+}
+
+/// Makes a nested tree: `dirs` directories with `files` small files each, some nested.
+pub fn make_tree(root: &Path, dirs: u32, files: u32) -> Result<()> {
+    for d in 0..dirs {
+        let dir = root.join(format!("dir{d}")).join(format!("sub{}", d % 3));
+        fs::create_dir_all(&dir)?;
+        for f in 0..files {
+            fs::write(
+                dir.join(format!("file{f}")),
+                vec![b'x'; (f as usize * 37) % 3000],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Per-syscall call counts of `command` as `strace -c -f` sees them.
+pub fn strace_counts(command: &[String], cwd: &Path) -> Result<BTreeMap<String, u64>> {
+    let out = cwd.join(".strace-summary");
+    let status = Command::new("strace")
+        .args(["-c", "-f", "-U", "name,calls", "-o"])
+        .arg(&out)
+        .args(command)
+        .current_dir(cwd)
+        .status()
+        .context("running strace (apt-get install strace)")?;
+    if !status.success() {
+        bail!("strace {command:?} failed: {status}");
+    }
+    let text = fs::read_to_string(&out)?;
+    fs::remove_file(&out)?;
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        if let (Some(name), Some(n)) = (it.next(), it.next())
+            && let Ok(n) = n.parse::<u64>()
+            && name != "total"
+        {
+            counts.insert(name.to_string(), n);
+        }
+    }
+    Ok(counts)
+}
+
+/// Per-syscall counts from an fsprof result.
+pub fn fsprof_counts(r: &TraceResult) -> BTreeMap<String, u64> {
+    r.profile
+        .syscalls
+        .iter()
+        .map(|s| (s.name.clone(), s.count))
+        .collect()
+}
+
+/// (read bytes, written bytes) so far on a block device, from /sys/block/NAME/stat.
+pub fn sysfs_rw_bytes(dev: &Path) -> (u64, u64) {
+    let name = dev.file_name().unwrap().to_string_lossy();
+    let stat = fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+    let f: Vec<u64> = stat
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // Fields 3 and 7 (1-based) are sectors read and written, in 512-byte units.
+    (f[2] * 512, f[6] * 512)
+}
+
+/// fsprof's binary, built next to the test executables (target/<profile>/fsprof).
+pub fn fsprof_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("fsprof");
+    assert!(
+        bin.exists(),
+        "{} missing: build the workspace first (cargo xtask test does)",
+        bin.display()
+    );
+    bin
+}
+
+pub fn drop_caches() {
+    fsprof::lab::drop_caches().expect("dropping caches");
+}

@@ -1,0 +1,86 @@
+//! The command line: JSON output, exit status and one-line errors.
+
+use std::process::Command;
+
+use fsprof_tests::*;
+
+#[test]
+fn json_output_has_schema_and_figures() {
+    if !root_or_skip("json_output_has_schema_and_figures") {
+        return;
+    }
+    let json = std::env::temp_dir().join(format!("fsprof-cli-{}.json", std::process::id()));
+    let out = Command::new(fsprof_bin())
+        .args(["trace", "--fs", "xfs", "--size", "512M", "--json"])
+        .arg(&json)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "mkdir d && echo hi > d/f && sync && rm -r d",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("syscalls, by total time") && stdout.contains("block I/O"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let calls = v["profile"]["syscalls"].as_array().unwrap();
+    let mkdir = calls
+        .iter()
+        .find(|c| c["name"] == "mkdir")
+        .expect("mkdir traced");
+    assert_eq!(mkdir["count"], 1);
+    assert!(
+        v["profile"]["block"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["class"] == "write")
+    );
+    assert!(v["wall_ns"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn exit_status_is_the_commands() {
+    if !root_or_skip("exit_status_is_the_commands") {
+        return;
+    }
+    let st = Command::new(fsprof_bin())
+        .args(["trace", "--", "sh", "-c", "exit 7"])
+        .output()
+        .unwrap();
+    assert_eq!(st.status.code(), Some(7));
+}
+
+fn one_line_error(args: &[&str], needle: &str) {
+    let out = Command::new(fsprof_bin()).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("fsprof: error"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains(needle), "{err}");
+}
+
+#[test]
+fn bad_input_gives_one_line_errors() {
+    one_line_error(
+        &["trace", "--fs", "zfs", "--", "true"],
+        "unknown filesystem \"zfs\"",
+    );
+    if !root_or_skip("bad_input_gives_one_line_errors (root part)") {
+        return;
+    }
+    one_line_error(&["trace", "--", "/nonexistent/cmd"], "cannot run");
+    one_line_error(&["trace", "--fs", "jfs", "--", "true"], "jfs");
+}

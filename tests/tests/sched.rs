@@ -1,0 +1,94 @@
+//! Time split: rusage-based times agree with GNU time; I/O-bound and CPU-bound targets land
+//! in the right scheduler class.
+
+use std::process::Command;
+
+use fsprof::lab::FsKind;
+use fsprof_tests::*;
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn close(ours: f64, theirs: f64) -> bool {
+    (ours - theirs).abs() <= 0.10 * theirs + 0.05
+}
+
+#[test]
+fn wall_user_sys_agree_with_gnu_time() {
+    if !root_or_skip("wall_user_sys_agree_with_gnu_time") {
+        return;
+    }
+    // User time (spinning) and system time (copying /dev/zero in 1 MiB calls: few
+    // syscalls, so tracing overhead, measured by the bench, stays out of this comparison).
+    let bin = env!("CARGO_BIN_EXE_spawner");
+    let script =
+        format!("{bin} spin 700 && dd if=/dev/zero of=/dev/null bs=1M count=20000 status=none");
+    let cmd = argv(&["sh", "-c", &script]);
+    let r = trace(cmd.clone(), None);
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "%e %U %S"])
+        .args(&cmd)
+        .output()
+        .expect("GNU time (apt-get install time)");
+    let t: Vec<f64> = String::from_utf8_lossy(&out.stderr)
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let (wall, user, sys) = (secs(r.wall_ns), secs(r.user_ns), secs(r.sys_ns));
+    assert!(close(wall, t[0]), "wall {wall} vs {}", t[0]);
+    assert!(close(user, t[1]), "user {user} vs {}", t[1]);
+    assert!(close(sys, t[2]), "sys {sys} vs {}", t[2]);
+    assert!(user > 0.5, "the spin must show as user time: {user}");
+}
+
+#[test]
+fn direct_io_writer_is_mostly_io_wait() {
+    if !root_or_skip("direct_io_writer_is_mostly_io_wait") {
+        return;
+    }
+    let fs = lab(FsKind::Ext4, 512 << 20, "");
+    let r = trace(
+        argv(&[
+            "dd",
+            "if=/dev/zero",
+            "of=data",
+            "bs=64k",
+            "count=3000",
+            "oflag=direct",
+            "status=none",
+        ]),
+        Some(fs.mountpoint()),
+    );
+    let io = r.profile.time.io_wait.ns;
+    assert!(
+        io as f64 > 0.5 * r.wall_ns as f64,
+        "I/O wait {} of wall {}: {:?}",
+        io,
+        r.wall_ns,
+        r.profile.time
+    );
+}
+
+#[test]
+fn cpu_bound_loop_is_on_cpu() {
+    if !root_or_skip("cpu_bound_loop_is_on_cpu") {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_spawner");
+    let r = trace(argv(&[bin, "spin", "1000"]), None);
+    let on = r.profile.time.on_cpu.ns;
+    assert!(
+        on as f64 > 0.9 * r.wall_ns as f64,
+        "on-CPU {on} of wall {}: {:?}",
+        r.wall_ns,
+        r.profile.time
+    );
+    // On- and off-CPU time of a single thread add up to its lifetime (≈ wall).
+    let total = on + r.profile.time.off_cpu_ns();
+    assert!(
+        total <= r.wall_ns + 5_000_000,
+        "{total} > wall {}",
+        r.wall_ns
+    );
+}

@@ -1,0 +1,83 @@
+//! `cargo xtask …`: everything fsprof needs on a fresh machine, then build, demo, test.
+
+mod setup;
+
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "fsprof developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install the eBPF toolchain and the tools fsprof and its tests use (idempotent).
+    Setup,
+    /// Setup, then `cargo build --release`.
+    Build,
+    /// Setup, build, then trace the demo workload on a fresh ext4 loop filesystem.
+    Demo,
+    /// Setup, then formatting, lints and every test (integration tests need root).
+    Test {
+        /// Extra arguments for `cargo test`, e.g. a test name filter.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+/// Runs a command, failing with its name when it fails.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn build() -> Result<()> {
+    setup::ensure()?;
+    run(cargo().args(["build", "--release"]))
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    setup::ensure()?;
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--release",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // One test at a time: the integration tests measure timing and I/O on a 2-core machine,
+    // and a neighbour's load would show up as run-queue time.
+    let mut cmd = cargo();
+    cmd.args(["test", "--release", "--"])
+        .arg("--test-threads=1")
+        .args(extra);
+    run(&mut cmd)
+}
+
+fn main() -> Result<()> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::env::set_current_dir(&root)?;
+    match Cli::parse().cmd {
+        Cmd::Setup => setup::ensure(),
+        Cmd::Build => build(),
+        Cmd::Demo => {
+            build()?;
+            run(Command::new("target/release/fsprof").args(["demo", "--fs", "ext4"]))
+        }
+        Cmd::Test { args } => test(&args),
+    }
+}
