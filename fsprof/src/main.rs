@@ -79,6 +79,10 @@ struct TraceArgs {
     fs: Option<String>,
     #[command(flatten)]
     lab: LabArgs,
+    /// With --fs: a shell command run untraced on the fresh filesystem first (cwd and
+    /// `{mnt}` = its mount point), e.g. unpacking the tree a traced `rm -rf` deletes.
+    #[arg(long, requires = "fs")]
+    prepare: Option<String>,
     /// Only these block devices (e.g. /dev/vda); default: all.
     #[arg(long = "dev")]
     devices: Vec<PathBuf>,
@@ -148,6 +152,19 @@ fn trace_on_lab(
         .collect();
     opts.cwd = Some(labfs.mountpoint().to_path_buf());
     opts.probes.devices.push(labfs.kernel_dev()?);
+    if let Some(script) = prepare {
+        let script = script.replace("{mnt}", &mnt);
+        eprintln!("fsprof: preparing (untraced): {script}");
+        let status = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(labfs.mountpoint())
+            .status()
+            .context("running the --prepare command")?;
+        if !status.success() {
+            bail!("--prepare command failed ({status}): {script}");
+        }
+        labfs.syncfs()?;
+    }
     lab::drop_caches()?;
     signals::check()?;
     trace::run(&opts)
@@ -183,7 +200,12 @@ fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
         opts.probes.devices.push(lab::kernel_dev_of(d)?);
     }
     let result = match &a.fs {
-        Some(fs) => trace_on_lab(FsKind::parse(fs)?, &a.lab.options(), opts)?,
+        Some(fs) => trace_on_lab(
+            FsKind::parse(fs)?,
+            &a.lab.options(),
+            a.prepare.as_deref(),
+            opts,
+        )?,
         None => {
             if a.drop_caches {
                 lab::drop_caches()?;
@@ -219,7 +241,7 @@ fn real_main() -> Result<ExitCode> {
                 verbose: true,
                 ..Default::default()
             };
-            let result = trace_on_lab(FsKind::parse(&fs)?, &lab.options(), opts)?;
+            let result = trace_on_lab(FsKind::parse(&fs)?, &lab.options(), None, opts)?;
             output(&result, json.as_ref())
         }
         Cmd::List => list(),

@@ -1,5 +1,6 @@
 //! `cargo xtask …`: everything fsprof needs on a fresh machine, then build, demo, test.
 
+mod bench;
 mod setup;
 
 use std::process::Command;
@@ -22,6 +23,11 @@ enum Cmd {
     Build,
     /// Setup, build, then trace the demo workload on a fresh ext4 loop filesystem.
     Demo,
+    /// Tracing overhead: `rm -rf` of a kernel tree on tmpfs, plain vs traced.
+    Bench {
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// Setup, then formatting, lints and every test (integration tests need root).
     Test {
         /// Extra arguments for `cargo test`, e.g. a test name filter.
@@ -78,6 +84,7 @@ fn main() -> Result<()> {
             build()?;
             run(Command::new("target/release/fsprof").args(["demo", "--fs", "ext4"]))
         }
+        Cmd::Bench { runs } => bench::overhead(runs),
         Cmd::Test { args } => test(&args),
     }
 }

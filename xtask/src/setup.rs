@@ -37,7 +37,7 @@ fn installed(pkg: &str) -> bool {
         .is_some_and(|s| s.contains("install ok installed"))
 }
 
-fn apt_install(pkgs: &[&str]) -> Result<()> {
+pub fn apt_install(pkgs: &[&str]) -> Result<()> {
     let missing: Vec<&str> = pkgs.iter().copied().filter(|p| !installed(p)).collect();
     if missing.is_empty() {
         return Ok(());
