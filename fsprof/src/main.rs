@@ -133,6 +133,7 @@ impl LabArgs {
 fn trace_on_lab(
     kind: FsKind,
     lab_opts: &LabOptions,
+    prepare: Option<&str>,
     mut opts: TraceOptions,
 ) -> Result<TraceResult> {
     signals::install();
