@@ -164,8 +164,9 @@ impl Held {
     }
 }
 
-/// Every thread of `pid` and of all its descendants, as /proc shows them now.
-pub fn process_tree_threads(pid: u32) -> Result<Vec<u32>> {
+/// Every thread of `pid` and of all its descendants with its state letter (R, S, D, …),
+/// as /proc shows them now.
+pub fn process_tree_threads(pid: u32) -> Result<Vec<(u32, char)>> {
     if !Path::new(&format!("/proc/{pid}")).exists() {
         bail!("no process with PID {pid}");
     }
@@ -186,11 +187,16 @@ pub fn process_tree_threads(pid: u32) -> Result<Vec<u32>> {
     let mut stack = vec![pid];
     while let Some(p) = stack.pop() {
         if let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) {
-            out.extend(
-                tasks
-                    .flatten()
-                    .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok()),
-            );
+            for t in tasks.flatten() {
+                let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                let state = fs::read_to_string(t.path().join("stat"))
+                    .ok()
+                    .and_then(|s| s.rfind(')').and_then(|i| s[i + 2..].chars().next()))
+                    .unwrap_or('?');
+                out.push((tid, state));
+            }
         }
         stack.extend(children.get(&p).into_iter().flatten());
     }

@@ -86,8 +86,8 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
     match opts.pid {
         Some(pid) => {
             let before = target::process_cpu(pid);
-            for tid in target::process_tree_threads(pid)? {
-                probes.follow(tid, true)?;
+            for (tid, state) in target::process_tree_threads(pid)? {
+                probes.follow_running(tid, state)?;
             }
             let start = Instant::now();
             while target::alive(pid)

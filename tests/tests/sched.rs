@@ -92,3 +92,36 @@ fn cpu_bound_loop_is_on_cpu() {
         r.wall_ns
     );
 }
+
+#[test]
+fn running_process_is_followed_with_pid() {
+    if !root_or_skip("running_process_is_followed_with_pid") {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_spawner");
+    let mut child = Command::new(bin).args(["spin", "4000"]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let opts = fsprof::trace::TraceOptions {
+        pid: Some(child.id()),
+        duration: Some(std::time::Duration::from_secs(1)),
+        ..Default::default()
+    };
+    let r = fsprof::trace::run(&opts);
+    let _ = child.kill();
+    let _ = child.wait();
+    let r = r.unwrap();
+    let on = r.profile.time.on_cpu.ns;
+    // A spinning process observed for about a second is on a CPU most of it.
+    assert!(r.wall_ns >= 1_000_000_000, "{}", r.wall_ns);
+    assert!(
+        on as f64 > 0.8 * r.wall_ns as f64,
+        "on-CPU {on} of {}",
+        r.wall_ns
+    );
+    assert!(
+        r.user_ns as f64 > 0.8 * r.wall_ns as f64,
+        "user {} of {}",
+        r.user_ns,
+        r.wall_ns
+    );
+}

@@ -65,6 +65,8 @@ fn test(extra: &[String]) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    // The CLI tests run target/release/fsprof, which `cargo test` alone does not build.
+    run(cargo().args(["build", "--release"]))?;
     // One test at a time: the integration tests measure timing and I/O on a 2-core machine,
     // and a neighbour's load would show up as run-queue time.
     let mut cmd = cargo();

@@ -5,14 +5,17 @@ pub mod histogram;
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
 use anyhow::{Context, Result};
-use aya::maps::{PerCpuArray, PerCpuHashMap, PerCpuValues};
+use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use fsprof_common::{
     BlockClass, BlockKey, BlockStats, COUNTERS, Counter, HistKey, HistKind, LOST_KINDS, Lost,
-    MAX_SYSCALLS, SyscallStats, TIME_CLASSES, TimeClass, TimeStats,
+    MAX_SYSCALLS, SyscallStats, TIME_CLASSES, TaskState, TimeClass, TimeStats,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{probes::Probes, syscall_table};
+use crate::{
+    probes::{Probes, monotonic_ns},
+    syscall_table,
+};
 use histogram::{Summary, from_buckets};
 
 /// Everything the kernel side aggregated for one traced interval.
@@ -205,6 +208,25 @@ pub fn collect(probes: &Probes) -> Result<Profile> {
         c.episodes = t.episodes;
         if class != TimeClass::OnCpu {
             c.episode = Some(summary(&hists, HistKind::OffCpuEpisode, class as u32, 0));
+        }
+    }
+
+    // Threads still alive (a -p target, or daemons the command left) have an interval
+    // open: count it up to now.
+    let tasks: HashMap<_, u32, TaskState> =
+        HashMap::try_from(ebpf.map("TASKS").context("TASKS map")?)?;
+    let now = monotonic_ns();
+    for item in tasks.iter() {
+        let (_, t) = item?;
+        if t.on_since != 0 {
+            profile.time.on_cpu.ns += now.saturating_sub(t.on_since);
+        }
+        if t.off_since != 0 {
+            let class = TimeClass::ALL
+                .get(t.off_class as usize)
+                .copied()
+                .unwrap_or(TimeClass::Other);
+            profile.time.class_mut(class).ns += now.saturating_sub(t.off_since);
         }
     }
 

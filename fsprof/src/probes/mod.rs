@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use aya::{Ebpf, EbpfLoader, maps::HashMap, programs::RawTracePoint};
-use fsprof_common::TaskState;
+use fsprof_common::{TaskState, TimeClass};
 
 /// The eBPF object built by build.rs from the fsprof-ebpf crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fsprof-probes"));
@@ -107,18 +107,50 @@ impl Probes {
     /// `armed: false` holds off syscall counting until the thread execs (for a child fsprof
     /// forked itself); running processes are armed at once.
     pub fn follow(&mut self, tid: u32, armed: bool) -> Result<()> {
-        let mut tasks: HashMap<_, u32, TaskState> =
-            HashMap::try_from(self.ebpf.map_mut("TASKS").context("TASKS map")?)?;
-        // Unknown scheduler state: the first switch event starts its accounting.
+        // Held before exec, so asleep: the first switch event starts its accounting.
         let state = TaskState {
             armed: armed.into(),
             ..TaskState::default()
         };
+        self.follow_with(tid, state)
+    }
+
+    /// Follows a thread that is already running, starting its current interval now in
+    /// the class its /proc state shows (a spinning thread may not switch for seconds).
+    pub fn follow_running(&mut self, tid: u32, proc_state: char) -> Result<()> {
+        let now = monotonic_ns();
+        let off = |class: TimeClass| TaskState {
+            off_since: now,
+            off_class: class as u32,
+            ..TaskState::default()
+        };
+        let state = match proc_state {
+            'R' => TaskState {
+                on_since: now,
+                ..TaskState::default()
+            },
+            'S' | 'I' => off(TimeClass::Sleep),
+            'D' => off(TimeClass::Uninterruptible),
+            _ => off(TimeClass::Other),
+        };
+        self.follow_with(tid, TaskState { armed: 1, ..state })
+    }
+
+    fn follow_with(&mut self, tid: u32, state: TaskState) -> Result<()> {
+        let mut tasks: HashMap<_, u32, TaskState> =
+            HashMap::try_from(self.ebpf.map_mut("TASKS").context("TASKS map")?)?;
         tasks
             .insert(tid, state, 0)
             .with_context(|| format!("following thread {tid}"))?;
         Ok(())
     }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
+pub fn monotonic_ns() -> u64 {
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn attach(ebpf: &mut Ebpf, name: &'static str) -> Result<()> {
