@@ -172,7 +172,8 @@ fn trace_on_lab(
 }
 
 fn output(result: &TraceResult, json: Option<&PathBuf>) -> Result<ExitCode> {
-    print!("{}", report::table::render(result));
+    // stderr, like time(1), strace and perf stat: the command may be writing to stdout.
+    eprint!("{}", report::table::render(result));
     if let Some(path) = json {
         report::write_json(result, path)?;
         eprintln!("fsprof: wrote {}", path.display());
