@@ -70,7 +70,10 @@ fn byte_offset(btf: &Btf, strukt: &str, name: &str) -> Result<u32> {
 
 /// Reads every offset the probes use. Fails with a message naming the missing piece.
 pub fn probe_config(btf_path: &Path) -> Result<ProbeConfig> {
-    let btf = Btf::from_file(btf_path).with_context(|| {
+    // One read into memory: parsing straight from the file costs thousands of small reads.
+    let bytes = std::fs::read(btf_path)
+        .with_context(|| format!("cannot read kernel BTF at {}", btf_path.display()))?;
+    let btf = Btf::from_bytes(&bytes).with_context(|| {
         format!(
             "cannot read kernel BTF at {} (the kernel needs CONFIG_DEBUG_INFO_BTF=y)",
             btf_path.display()
