@@ -30,6 +30,9 @@ pub struct TraceOptions {
     pub probes: ProbeOptions,
     /// Print the hook-set line to stderr.
     pub verbose: bool,
+    /// After the command exits, kill descendants it left running (on a lab filesystem
+    /// they would keep it busy and block the unmount).
+    pub kill_leftovers: bool,
 }
 
 /// One traced interval, as printed and as written with `--json`.
@@ -61,6 +64,25 @@ impl TraceResult {
 
 pub fn kernel_release() -> String {
     target::read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default()
+}
+
+fn kill_leftovers(probes: &Probes) -> Result<()> {
+    let left = probes.followed()?;
+    if left.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "fsprof: killing {} task(s) the command left running",
+        left.len()
+    );
+    for &tid in &left {
+        unsafe { libc::kill(tid as i32, libc::SIGKILL) };
+    }
+    let start = Instant::now();
+    while left.iter().any(|&t| target::alive(t)) && start.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 fn ns(d: Duration) -> u64 {
@@ -115,5 +137,8 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
         }
     }
     result.profile = aggregate::collect(&probes)?;
+    if opts.kill_leftovers && opts.pid.is_none() {
+        kill_leftovers(&probes)?;
+    }
     Ok(result)
 }

@@ -82,3 +82,38 @@ fn bad_input_gives_one_line_errors() {
     one_line_error(&["trace", "--", "/nonexistent/cmd"], "cannot run");
     one_line_error(&["trace", "--fs", "jfs", "--", "true"], "jfs");
 }
+
+#[test]
+fn sigterm_mid_run_leaves_nothing_behind() {
+    if !root_or_skip("sigterm_mid_run_leaves_nothing_behind") {
+        return;
+    }
+    // The command leaves a grandchild behind in the lab filesystem: fsprof must kill it,
+    // unmount and detach anyway.
+    let mut child = Command::new(fsprof_bin())
+        .args(["trace", "--fs", "ext4", "--size", "256M", "--"])
+        .args(["sh", "-c", "sleep 60 & sleep 60"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains(" mounted at "))
+        .expect("lab line");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let dev = words[words.iter().position(|w| *w == "on").unwrap() + 1];
+    let mnt = words[words.iter().position(|w| *w == "at").unwrap() + 1];
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains(mnt), "{mnt} still mounted");
+    let name = dev.trim_start_matches("/dev/");
+    assert!(
+        !std::path::Path::new(&format!("/sys/block/{name}/loop/backing_file")).exists(),
+        "{dev} still attached"
+    );
+    assert!(!std::path::Path::new(mnt).exists(), "{mnt} left behind");
+}

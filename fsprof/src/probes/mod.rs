@@ -146,6 +146,15 @@ impl Probes {
     }
 }
 
+impl Probes {
+    /// Threads still followed: descendants of the target that outlived it.
+    pub fn followed(&self) -> Result<Vec<u32>> {
+        let tasks: HashMap<_, u32, TaskState> =
+            HashMap::try_from(self.ebpf.map("TASKS").context("TASKS map")?)?;
+        Ok(tasks.keys().filter_map(|k| k.ok()).collect())
+    }
+}
+
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
 pub fn monotonic_ns() -> u64 {
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };

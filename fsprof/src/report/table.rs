@@ -76,7 +76,17 @@ pub fn render(r: &TraceResult) -> String {
             ));
         }
     }
-    let _ = writeln!(o, "  thread time (% of wall): {}", parts.join("   "));
+    let tasks = r.profile.tasks_forked + u64::from(r.pid.is_none());
+    let _ = writeln!(
+        o,
+        "  time of the target's threads{} (% of wall): {}",
+        if tasks > 1 {
+            format!(", summed over {tasks} tasks")
+        } else {
+            String::new()
+        },
+        parts.join("   ")
+    );
     if r.profile.tasks_forked > 0 {
         let _ = writeln!(
             o,
