@@ -90,7 +90,7 @@ fn sigterm_mid_run_leaves_nothing_behind() {
     }
     // The command leaves a grandchild behind in the lab filesystem: fsprof must kill it,
     // unmount and detach anyway.
-    let mut child = Command::new(fsprof_bin())
+    let child = Command::new(fsprof_bin())
         .args(["trace", "--fs", "ext4", "--size", "256M", "--"])
         .args(["sh", "-c", "sleep 60 & sleep 60"])
         .stderr(std::process::Stdio::piped())

@@ -91,14 +91,16 @@ impl Probes {
         })
     }
 
-    /// One line naming the hook set, printed at start.
+    /// One line naming the hook set, printed at start, and a warning per missing hook.
     pub fn describe(&self) -> String {
         let mut s = format!(
             "fsprof: attached raw tracepoints: {}",
             self.attached.join(" ")
         );
-        for (name, _) in &self.missing {
-            s.push_str(&format!(" (missing: {name})"));
+        for (name, why) in &self.missing {
+            s.push_str(&format!(
+                "\nfsprof: warning: optional tracepoint {name} not attached: {why}"
+            ));
         }
         s
     }
