@@ -3,13 +3,15 @@
 //! The pipeline, one module per stage: `lab` (fresh filesystems on loop devices) →
 //! `workload` (what runs on them) → `probes` (eBPF programs in the kernel) → `aggregate`
 //! (maps → profile) → `report` (tables and JSON). `trace` ties probes, a target and
-//! aggregation together.
+//! aggregation together; `run` drives suites of steps over filesystems and passes.
 
 pub mod aggregate;
 pub mod lab;
 pub mod probes;
 pub mod report;
+pub mod run;
 pub mod signals;
+pub mod suite;
 pub mod syscall_table;
 pub mod target;
 pub mod trace;

@@ -5,7 +5,10 @@ use clap::{Args, Parser, Subcommand};
 use fsprof::{
     lab::{self, FsKind, LabFs, LabOptions},
     probes::ProbeOptions,
-    report, signals,
+    report,
+    run::{self, RunOptions, results::RunResult},
+    signals,
+    suite::Suite,
     trace::{self, TraceOptions, TraceResult},
     workload,
 };
@@ -25,25 +28,119 @@ struct Cli {
 enum Cmd {
     /// Trace a command (and everything it starts) or a running process tree.
     Trace(TraceArgs),
-    /// Trace the built-in demo workload on a fresh loop filesystem.
-    Demo {
-        #[arg(long, default_value = "ext4")]
-        fs: String,
-        #[command(flatten)]
-        lab: LabArgs,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    /// Run a suite of standard workloads on fresh filesystems, every step traced.
+    Run(RunArgs),
     /// Which filesystems this machine can test, or why not.
     List,
-    /// Run a built-in workload in this process (what `demo` and `run` trace).
+    /// Remove mounts, loop devices and images a killed fsprof left behind.
+    Cleanup,
+    /// Run one built-in workload step in this process (what `run` traces).
     #[command(hide = true)]
     Workload {
-        name: String,
-        dir: PathBuf,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        step: String,
+        #[arg(long)]
+        ctx: String,
     },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Comma-separated filesystems, e.g. ext4,xfs,btrfs (see `fsprof list`).
+    #[arg(long, default_value = "ext4,xfs,btrfs")]
+    fs: String,
+    /// quick (default), desktop, build-tree, file-server, full.
+    #[arg(long, default_value = "quick")]
+    suite: String,
+    /// Passes per filesystem, each on a freshly made filesystem.
+    #[arg(long, default_value_t = 3)]
+    passes: u32,
+    /// Work scale (1.0 = the studies' sizes); default: the suite's.
+    #[arg(long)]
+    scale: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Copies of each step run at once.
+    #[arg(long, default_value_t = 1)]
+    jobs: u32,
+    /// Loop image size (e.g. 20G); default: from the suite's needs.
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Directory for images and workload sources (not tmpfs, not the fs under test).
+    #[arg(long, default_value = lab::DEFAULT_IMAGE_DIR)]
+    dir: PathBuf,
+    /// mkfs options, for all or one filesystem: "-b 1024" or "ext4:-b 1024"; repeatable.
+    #[arg(long, allow_hyphen_values = true)]
+    mkfs_opts: Vec<String>,
+    /// Mount options, e.g. "ext4:data=writeback" or "noatime"; repeatable.
+    #[arg(long)]
+    mount_opts: Vec<String>,
+    /// Format this block device instead of loop images. It is refused when mounted, in
+    /// use, or holding a filesystem or partition table (unless --force).
+    #[arg(long)]
+    device: Option<PathBuf>,
+    #[arg(long, requires = "device")]
+    force: bool,
+    /// Results file (JSON; a .csv is written beside it).
+    #[arg(long, default_value = "fsprof-results.json")]
+    json: PathBuf,
+    /// Keep the page cache between steps.
+    #[arg(long)]
+    no_drop_caches: bool,
+}
+
+/// "ext4:opts" → (Some(ext4), "opts"); "opts" → (None, "opts").
+fn per_fs(values: &[String]) -> Result<Vec<(Option<FsKind>, String)>> {
+    values
+        .iter()
+        .map(|v| match v.split_once(':') {
+            Some((fs, o)) if FsKind::ALL.iter().any(|k| k.name() == fs) => {
+                Ok((Some(FsKind::parse(fs)?), o.to_string()))
+            }
+            _ => Ok((None, v.clone())),
+        })
+        .collect()
+}
+
+fn run_cmd(a: RunArgs) -> Result<ExitCode> {
+    let filesystems =
+        a.fs.split(',')
+            .map(FsKind::parse)
+            .collect::<Result<Vec<_>>>()?;
+    let opts = RunOptions {
+        filesystems,
+        suite: Suite::find(&a.suite)?,
+        scale: a.scale,
+        passes: a.passes.max(1),
+        seed: a.seed,
+        jobs: a.jobs.max(1),
+        size: a.size,
+        image_dir: a.dir,
+        mkfs_opts: per_fs(&a.mkfs_opts)?,
+        mount_opts: per_fs(&a.mount_opts)?,
+        device: a.device,
+        force: a.force,
+        results: a.json.clone(),
+        drop_caches: !a.no_drop_caches,
+    };
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let outcome = run::run(&opts);
+    // Whatever happened, the results file holds every finished step of this run: show them.
+    if let Ok(result) = RunResult::load(&a.json)
+        && result.started >= started
+    {
+        print!("{}", report::run_table::render(&result));
+        let csv = a.json.with_extension("csv");
+        std::fs::write(&csv, result.to_csv())?;
+        eprintln!(
+            "fsprof: results in {} and {}",
+            a.json.display(),
+            csv.display()
+        );
+    }
+    outcome.map(|_| ExitCode::SUCCESS)
 }
 
 #[derive(Args)]
@@ -125,6 +222,7 @@ impl LabArgs {
                 .map(|s| s.split_whitespace().map(String::from).collect())
                 .unwrap_or_default(),
             mount_opts: self.mount_opts.clone().unwrap_or_default(),
+            device: None,
         }
     }
 }
@@ -140,7 +238,7 @@ fn trace_on_lab(
     let labfs = LabFs::create(kind, lab_opts)?;
     eprintln!(
         "fsprof: {kind} on {} mounted at {} (mkfs {:.2}s, mount {:.3}s)",
-        labfs.device.path.display(),
+        labfs.device_path().display(),
         labfs.mountpoint().display(),
         labfs.mkfs_time.as_secs_f64(),
         labfs.mount_time.as_secs_f64()
@@ -232,24 +330,16 @@ fn list() -> Result<ExitCode> {
 fn real_main() -> Result<ExitCode> {
     match Cli::parse().cmd {
         Cmd::Trace(a) => trace_cmd(a),
-        Cmd::Demo { fs, lab, json } => {
-            let me = std::env::current_exe().context("locating the fsprof binary")?;
-            let opts = TraceOptions {
-                command: vec![
-                    me.to_string_lossy().into_owned(),
-                    "workload".into(),
-                    "small-tree".into(),
-                    "{mnt}".into(),
-                ],
-                verbose: true,
-                ..Default::default()
-            };
-            let result = trace_on_lab(FsKind::parse(&fs)?, &lab.options(), None, opts)?;
-            output(&result, json.as_ref())
-        }
+        Cmd::Run(a) => run_cmd(a),
         Cmd::List => list(),
-        Cmd::Workload { name, dir, seed } => {
-            workload::run(&name, &dir, seed)?;
+        Cmd::Cleanup => {
+            for line in lab::cleanup::cleanup(&lab::cleanup::default_image_dirs())? {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Workload { step, ctx } => {
+            workload::run_cli(&step, &ctx)?;
             Ok(ExitCode::SUCCESS)
         }
     }

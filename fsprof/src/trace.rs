@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -33,6 +33,9 @@ pub struct TraceOptions {
     /// After the command exits, kill descendants it left running (on a lab filesystem
     /// they would keep it busy and block the unmount).
     pub kill_leftovers: bool,
+    /// After the command exits, syncfs this filesystem with the probes still attached, so
+    /// the block I/O of writing back what the command left dirty lands in this trace.
+    pub sync_after: Option<PathBuf>,
 }
 
 /// One traced interval, as printed and as written with `--json`.
@@ -50,6 +53,8 @@ pub struct TraceResult {
     pub sys_ns: u64,
     pub hooks: Vec<String>,
     pub missing_hooks: Vec<String>,
+    /// With `sync_after`: how long the syncfs took (returned → durable).
+    pub syncfs_ns: Option<u64>,
     pub profile: Profile,
 }
 
@@ -64,6 +69,16 @@ impl TraceResult {
 
 pub fn kernel_release() -> String {
     target::read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default()
+}
+
+/// syncfs(2) on the filesystem holding `path`; returns how long it took.
+pub fn syncfs(path: &std::path::Path) -> Result<Duration> {
+    let f = std::fs::File::open(path)?;
+    let start = Instant::now();
+    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("syncfs");
+    }
+    Ok(start.elapsed())
 }
 
 fn kill_leftovers(probes: &Probes) -> Result<()> {
@@ -135,6 +150,9 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
             result.user_ns = ns(exit.user);
             result.sys_ns = ns(exit.sys);
         }
+    }
+    if let Some(fs) = &opts.sync_after {
+        result.syncfs_ns = Some(ns(syncfs(fs)?));
     }
     result.profile = aggregate::collect(&probes)?;
     if opts.kill_leftovers && opts.pid.is_none() {

@@ -20,13 +20,13 @@ fn loop_device_bytes_equal_sysfs_stat() {
     drop_caches();
 
     let mut probes = Probes::load(&ProbeOptions { devices: vec![dev] }).unwrap();
-    let before = sysfs_rw_bytes(&fs.device.path);
+    let before = sysfs_rw_bytes(fs.device_path());
     let script = "dd if=/dev/urandom of=data bs=1M count=24 conv=fsync status=none && \
                   echo 3 > /proc/sys/vm/drop_caches && cat data > /dev/null && sync";
     let held = target::spawn_held(&argv(&["sh", "-c", script]), Some(&mnt)).unwrap();
     probes.follow(held.pid(), false).unwrap();
     let exit = held.run().unwrap();
-    let after = sysfs_rw_bytes(&fs.device.path);
+    let after = sysfs_rw_bytes(fs.device_path());
     let profile = aggregate::collect(&probes).unwrap();
     assert_eq!(exit.code, Some(0));
 
@@ -48,8 +48,7 @@ fn loop_device_bytes_equal_sysfs_stat() {
     assert_eq!(bytes("write"), written, "written bytes: fsprof vs sysfs");
     // Only the filtered device appears.
     let name = fs
-        .device
-        .path
+        .device_path()
         .file_name()
         .unwrap()
         .to_string_lossy()

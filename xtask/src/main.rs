@@ -21,8 +21,12 @@ enum Cmd {
     Setup,
     /// Setup, then `cargo build --release`.
     Build,
-    /// Setup, build, then trace the demo workload on a fresh ext4 loop filesystem.
-    Demo,
+    /// Setup, build, then the main job: `fsprof run` (quick suite) on ext4, xfs and btrfs.
+    Run {
+        /// Extra arguments for `fsprof run`, e.g. `--suite desktop`.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// Tracing overhead: `rm -rf` of a kernel tree on tmpfs, plain vs traced.
     Bench {
         #[arg(long, default_value_t = 5)]
@@ -82,9 +86,11 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Setup => setup::ensure(),
         Cmd::Build => build(),
-        Cmd::Demo => {
+        Cmd::Run { args } => {
             build()?;
-            run(Command::new("target/release/fsprof").args(["demo", "--fs", "ext4"]))
+            let mut cmd = Command::new("target/release/fsprof");
+            cmd.args(["run", "--fs", "ext4,xfs,btrfs"]).args(args);
+            run(&mut cmd)
         }
         Cmd::Bench { runs } => bench::overhead(runs),
         Cmd::Test { args } => test(&args),

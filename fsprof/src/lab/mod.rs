@@ -1,5 +1,8 @@
 //! The lab: fresh filesystems on loop devices, made, mounted and always taken down again.
 
+pub mod capacity;
+pub mod cleanup;
+pub mod device;
 pub mod fs_kind;
 pub mod loopdev;
 pub mod mount;
@@ -14,6 +17,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+pub use capacity::Capacity;
 pub use fs_kind::FsKind;
 use loopdev::{Image, LoopDevice};
 use mount::Mount;
@@ -31,6 +35,9 @@ pub struct LabOptions {
     pub image_dir: PathBuf,
     pub mkfs_opts: Vec<String>,
     pub mount_opts: String,
+    /// A real block device to format instead of a loop image (checked by the caller with
+    /// `device::check_user_device`).
+    pub device: Option<PathBuf>,
 }
 
 impl Default for LabOptions {
@@ -40,16 +47,22 @@ impl Default for LabOptions {
             image_dir: PathBuf::from(DEFAULT_IMAGE_DIR),
             mkfs_opts: Vec::new(),
             mount_opts: String::new(),
+            device: None,
         }
     }
 }
 
-/// A fresh, mounted filesystem. Fields drop in order: unmount, detach, delete the image.
+/// What the filesystem lives on. Loop fields drop in order: detach, then delete the image.
+pub enum Backing {
+    Loop { device: LoopDevice, image: Image },
+    User(PathBuf),
+}
+
+/// A fresh, mounted filesystem. Fields drop in order: unmount first, then the backing.
 pub struct LabFs {
     pub kind: FsKind,
     mount: Mount,
-    pub device: LoopDevice,
-    pub image: Image,
+    pub backing: Backing,
     pub mkfs_time: Duration,
     pub mount_time: Duration,
 }
@@ -57,14 +70,24 @@ pub struct LabFs {
 impl LabFs {
     pub fn create(kind: FsKind, opts: &LabOptions) -> Result<LabFs> {
         kind.check_available()?;
-        let image = Image::create(&opts.image_dir, kind.name(), opts.size)?;
-        let device = LoopDevice::attach(&image.path)?;
+        let backing = match &opts.device {
+            Some(dev) => Backing::User(dev.clone()),
+            None => {
+                let image = Image::create(&opts.image_dir, kind.name(), opts.size)?;
+                let device = LoopDevice::attach(&image.path)?;
+                Backing::Loop { device, image }
+            }
+        };
+        let dev = match &backing {
+            Backing::Loop { device, .. } => device.path.clone(),
+            Backing::User(p) => p.clone(),
+        };
         let (prog, args) = kind.mkfs();
         let start = Instant::now();
         let out = Command::new(prog)
             .args(args)
             .args(&opts.mkfs_opts)
-            .arg(&device.path)
+            .arg(&dev)
             .output()
             .with_context(|| format!("running {prog}"))?;
         let mkfs_time = start.elapsed();
@@ -80,13 +103,14 @@ impl LabFs {
             std::process::id(),
             kind.name()
         ));
-        let (mount, mount_time) =
-            Mount::new(&device.path, &target, kind.kernel_name(), &opts.mount_opts)?;
+        let (mount, mount_time) = match kind {
+            FsKind::Ntfs => mount_ntfs3g(&dev, &target, &opts.mount_opts)?,
+            _ => Mount::new(&dev, &target, kind.kernel_name(), &opts.mount_opts)?,
+        };
         Ok(LabFs {
             kind,
             mount,
-            device,
-            image,
+            backing,
             mkfs_time,
             mount_time,
         })
@@ -96,9 +120,34 @@ impl LabFs {
         &self.mount.target
     }
 
-    /// Kernel dev_t of the loop device, for the block-layer filter.
+    pub fn device_path(&self) -> &Path {
+        match &self.backing {
+            Backing::Loop { device, .. } => &device.path,
+            Backing::User(p) => p,
+        }
+    }
+
+    /// Kernel dev_t of the device, for the block-layer filter.
     pub fn kernel_dev(&self) -> Result<u32> {
-        kernel_dev_of(&self.device.path)
+        kernel_dev_of(self.device_path())
+    }
+
+    /// Size of the device in bytes.
+    pub fn device_bytes(&self) -> u64 {
+        let name = self
+            .device_path()
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        crate::target::read_trimmed(format!("/sys/class/block/{name}/size"))
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(|sectors| sectors * 512)
+            .unwrap_or(0)
+    }
+
+    pub fn capacity(&self) -> Result<Capacity> {
+        Capacity::of(self.mountpoint())
     }
 
     pub fn unmount(&mut self) -> Result<Duration> {
@@ -107,13 +156,33 @@ impl LabFs {
 
     /// syncfs(2) on the mounted filesystem: everything written is on the device after it.
     pub fn syncfs(&self) -> Result<Duration> {
-        let f = std::fs::File::open(self.mountpoint())?;
-        let start = Instant::now();
-        if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("syncfs");
-        }
-        Ok(start.elapsed())
+        crate::trace::syncfs(self.mountpoint())
     }
+}
+
+/// NTFS runs in userspace: ntfs-3g mounts it over FUSE and returns once it is mounted.
+fn mount_ntfs3g(dev: &Path, target: &Path, options: &str) -> Result<(Mount, Duration)> {
+    std::fs::create_dir_all(target)?;
+    let mut cmd = Command::new("ntfs-3g");
+    if !options.is_empty() {
+        cmd.args(["-o", options]);
+    }
+    let start = Instant::now();
+    let out = cmd
+        .arg(dev)
+        .arg(target)
+        .output()
+        .context("running ntfs-3g")?;
+    let took = start.elapsed();
+    if !out.status.success() {
+        let _ = std::fs::remove_dir(target);
+        bail!(
+            "ntfs-3g {}: {}",
+            dev.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok((Mount::adopt(target), took))
 }
 
 /// Kernel dev_t (major << 20 | minor) of a block device node.

@@ -8,7 +8,7 @@ use super::units::{bytes, duration_ns, percent, seconds};
 use crate::trace::TraceResult;
 
 /// Left-aligned first column, right-aligned rest, widths from the content.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {

@@ -1,0 +1,75 @@
+//! A user-named block device: used only when it is not mounted, not held by anything and
+//! carries no filesystem or partition signature, unless the user forces it.
+
+use std::{fs, path::Path, process::Command};
+
+use anyhow::{Context, Result, bail};
+
+use super::kernel_dev_of;
+use crate::aggregate::split_kdev;
+
+/// Refuses `dev` with one line saying why, unless `force` (which still refuses a mounted
+/// or held device: that would corrupt live data, not just old data).
+pub fn check_user_device(dev: &Path, force: bool) -> Result<()> {
+    let kdev = kernel_dev_of(dev)?;
+    let (major, minor) = split_kdev(kdev);
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for line in mountinfo.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() > 4 && f[2] == format!("{major}:{minor}") {
+            bail!(
+                "{} is mounted at {}: refusing to use it",
+                dev.display(),
+                f[4]
+            );
+        }
+    }
+    let sys = format!("/sys/dev/block/{major}:{minor}");
+    let holders = fs::read_dir(format!("{sys}/holders"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    if holders > 0 {
+        bail!(
+            "{} is in use (held by device-mapper, md or another device): refusing it",
+            dev.display()
+        );
+    }
+    // O_EXCL on a block device fails with EBUSY while anyone has it open exclusively.
+    let c = std::ffi::CString::new(dev.as_os_str().as_encoded_bytes())?;
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_EXCL) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        bail!("{} is in use ({e}): refusing it", dev.display());
+    }
+    unsafe { libc::close(fd) };
+    if !force && let Some(sig) = signature(dev)? {
+        bail!(
+            "{} carries a {sig} signature (it may hold data): add --force to overwrite it",
+            dev.display()
+        );
+    }
+    Ok(())
+}
+
+/// The filesystem or partition-table type blkid finds on `dev`, if any.
+fn signature(dev: &Path) -> Result<Option<String>> {
+    let out = Command::new("blkid")
+        .args(["-p", "-o", "export"])
+        .arg(dev)
+        .output()
+        .context("running blkid (util-linux)")?;
+    // Exit 2: nothing found.
+    if out.status.code() == Some(2) {
+        return Ok(None);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k).map(str::to_string))
+    };
+    Ok(Some(
+        field("TYPE=")
+            .or_else(|| field("PTTYPE=").map(|p| format!("{p} partition table")))
+            .unwrap_or_else(|| "data".into()),
+    ))
+}

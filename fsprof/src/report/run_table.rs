@@ -1,0 +1,214 @@
+//! The terminal report of `fsprof run`, in the spirit of the classic studies: per step,
+//! rows filesystem × pass with time (m:ss,cc) and CPU%, then user / sys / I/O wait / other
+//! waits beside them, then the median with min–max over passes.
+
+use std::fmt::Write as _;
+
+use super::{
+    table::table,
+    units::{bytes, seconds},
+};
+use crate::run::results::{RunResult, StepRun};
+
+/// m:ss,cc as the studies printed it.
+pub fn clock(ns: u64) -> String {
+    let cs = ns / 10_000_000;
+    format!("{}:{:02},{:02}", cs / 6000, (cs / 100) % 60, cs % 100)
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    match v.len() {
+        0 => 0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2,
+    }
+}
+
+fn row(fs: &str, pass: String, cells: [u64; 7], cpu: f64) -> Vec<String> {
+    let [wall, user, sys, io, dwait, rq, sync] = cells;
+    vec![
+        fs.to_string(),
+        pass,
+        clock(wall),
+        format!("{cpu:.0}%"),
+        seconds(user),
+        seconds(sys),
+        seconds(io),
+        seconds(dwait),
+        seconds(rq),
+        seconds(sync),
+    ]
+}
+
+fn cells(s: &StepRun) -> [u64; 7] {
+    let t = &s.trace;
+    let time = &t.profile.time;
+    [
+        t.wall_ns,
+        t.user_ns,
+        t.sys_ns,
+        time.io_wait.ns,
+        time.uninterruptible.ns,
+        time.run_queue.ns,
+        s.syncfs_ns,
+    ]
+}
+
+pub fn render(r: &RunResult) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "fsprof run: suite {} (scale {}, {} pass{}, {} job{}), kernel {}, {} CPUs{}",
+        r.suite,
+        r.scale,
+        r.passes,
+        if r.passes == 1 { "" } else { "es" },
+        r.jobs,
+        if r.jobs == 1 { "" } else { "s" },
+        r.kernel,
+        r.cpus,
+        if r.complete { "" } else { "  [INCOMPLETE]" }
+    );
+    let steps: Vec<String> = {
+        let mut seen = Vec::new();
+        for f in &r.filesystems {
+            for p in &f.passes {
+                for s in &p.steps {
+                    if !seen.contains(&s.step) {
+                        seen.push(s.step.clone());
+                    }
+                }
+            }
+        }
+        seen
+    };
+    let header = [
+        "fs",
+        "pass",
+        "time",
+        "CPU",
+        "user",
+        "sys",
+        "I/O wait",
+        "other D",
+        "run-queue",
+        "syncfs",
+    ];
+    for step in &steps {
+        let _ = writeln!(o, "\n{step}");
+        let mut rows = Vec::new();
+        for f in &r.filesystems {
+            let runs: Vec<&StepRun> = f
+                .passes
+                .iter()
+                .filter_map(|p| p.steps.iter().find(|s| &s.step == step))
+                .collect();
+            for (i, s) in runs.iter().enumerate() {
+                rows.push(row(
+                    &f.fs,
+                    (i + 1).to_string(),
+                    cells(s),
+                    s.trace.cpu_percent(),
+                ));
+            }
+            if runs.len() > 1 {
+                let col = |k: usize| median(runs.iter().map(|s| cells(s)[k]).collect());
+                let walls: Vec<u64> = runs.iter().map(|s| s.trace.wall_ns).collect();
+                let cpu = median(
+                    runs.iter()
+                        .map(|s| (s.trace.cpu_percent() * 10.0) as u64)
+                        .collect(),
+                ) as f64
+                    / 10.0;
+                let mut m = row(&f.fs, "median".into(), std::array::from_fn(col), cpu);
+                m[2] = format!(
+                    "{} ({}–{})",
+                    m[2],
+                    clock(*walls.iter().min().unwrap_or(&0)),
+                    clock(*walls.iter().max().unwrap_or(&0))
+                );
+                rows.push(m);
+            }
+        }
+        o.push_str(&table(&header, &rows));
+    }
+
+    let _ = writeln!(o, "\nfilesystems (median over passes)");
+    let mut rows = Vec::new();
+    for f in &r.filesystems {
+        let med = |get: &dyn Fn(&crate::run::results::PassRun) -> Option<u64>| {
+            median(f.passes.iter().filter_map(get).collect())
+        };
+        let last_capacity = f
+            .passes
+            .last()
+            .and_then(|p| p.steps.iter().rev().find_map(|s| s.capacity_after));
+        let after_mkfs = f
+            .passes
+            .last()
+            .map(|p| p.capacity_after_mkfs)
+            .unwrap_or_default();
+        let usable = if f.device_bytes > 0 {
+            format!(
+                "{:.2}%",
+                100.0 * after_mkfs.avail_bytes as f64 / f.device_bytes as f64
+            )
+        } else {
+            "-".into()
+        };
+        rows.push(vec![
+            f.fs.clone(),
+            f.mount_opts.clone(),
+            seconds(med(&|p| Some(p.mkfs_ns))),
+            seconds(med(&|p| Some(p.mount_ns))),
+            seconds(med(&|p| p.umount_ns)),
+            bytes(f.device_bytes),
+            usable,
+            last_capacity
+                .map(|c| bytes(c.used_bytes))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    o.push_str(&table(
+        &[
+            "fs",
+            "mount opts",
+            "mkfs",
+            "mount",
+            "umount",
+            "device",
+            "usable after mkfs",
+            "used after delete",
+        ],
+        &rows,
+    ));
+    let lost: u64 = r
+        .filesystems
+        .iter()
+        .flat_map(|f| &f.passes)
+        .flat_map(|p| &p.steps)
+        .map(|s| s.trace.profile.lost.values().sum::<u64>())
+        .sum();
+    if lost > 0 {
+        let _ = writeln!(
+            o,
+            "\nLOST EVENTS: {lost} over the run; figures are incomplete"
+        );
+    }
+    if let Some(why) = &r.interrupted {
+        let _ = writeln!(o, "\nrun stopped early: {why}");
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_format() {
+        assert_eq!(clock(83_456_000_000), "1:23,45");
+        assert_eq!(clock(450_000_000), "0:00,45");
+    }
+}

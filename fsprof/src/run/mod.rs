@@ -1,0 +1,244 @@
+//! `fsprof run`: fresh filesystems × passes × the steps of a suite, every step traced.
+
+pub mod results;
+
+use std::{
+    path::PathBuf,
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, Result};
+
+use crate::{
+    lab::{self, FsKind, LabFs, LabOptions, device},
+    probes::ProbeOptions,
+    signals,
+    suite::Suite,
+    trace::{self, TraceOptions},
+    workload::{self, Step},
+};
+use results::{FsRun, PassRun, RUN_SCHEMA_VERSION, RunResult, StepRun};
+
+pub struct RunOptions {
+    pub filesystems: Vec<FsKind>,
+    pub suite: &'static Suite,
+    /// Overrides the suite's default scale.
+    pub scale: Option<f64>,
+    pub passes: u32,
+    pub seed: u64,
+    pub jobs: u32,
+    /// Image size; default: from the suite's peak usage.
+    pub size: Option<u64>,
+    pub image_dir: PathBuf,
+    /// Per filesystem; `None` key = all filesystems.
+    pub mkfs_opts: Vec<(Option<FsKind>, String)>,
+    pub mount_opts: Vec<(Option<FsKind>, String)>,
+    pub device: Option<PathBuf>,
+    pub force: bool,
+    /// Written after every step (valid, partial until `complete`).
+    pub results: PathBuf,
+    /// Drop caches before each step (default on, as the studies rebooted or remounted).
+    pub drop_caches: bool,
+}
+
+fn opts_for(list: &[(Option<FsKind>, String)], kind: FsKind) -> Vec<String> {
+    list.iter()
+        .filter(|(k, _)| k.is_none_or(|k| k == kind))
+        .map(|(_, o)| o.clone())
+        .collect()
+}
+
+fn ns(d: std::time::Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+fn memory_bytes() -> u64 {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// Progress on stderr: where we are, elapsed, and a linear estimate of what is left.
+struct Progress {
+    start: Instant,
+    total: usize,
+    done: usize,
+}
+
+impl Progress {
+    fn step(&mut self, fs: FsKind, pass: u32, passes: u32, step: Step) {
+        let el = self.start.elapsed().as_secs();
+        let eta = if self.done > 0 {
+            let per = self.start.elapsed().as_secs_f64() / self.done as f64;
+            format!(
+                ", ~{}s left",
+                (per * (self.total - self.done) as f64) as u64
+            )
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "fsprof: [{}/{}] {fs} pass {pass}/{passes}: {} (elapsed {}:{:02}{eta})",
+            self.done + 1,
+            self.total,
+            step.name(),
+            el / 60,
+            el % 60
+        );
+        self.done += 1;
+    }
+}
+
+pub fn run(opts: &RunOptions) -> Result<RunResult> {
+    signals::install();
+    crate::probes::check_environment()?;
+    for &kind in &opts.filesystems {
+        kind.check_available()?;
+    }
+    if let Some(dev) = &opts.device {
+        device::check_user_device(dev, opts.force)?;
+    }
+    let scale = opts.scale.unwrap_or(opts.suite.default_scale);
+    let mut ctx = opts.suite.ctx(scale, opts.seed, opts.jobs);
+    ctx.src = opts.image_dir.join("sources");
+    let size = opts.size.unwrap_or_else(|| opts.suite.image_size(&ctx));
+    let me = std::env::current_exe().context("locating the fsprof binary")?;
+
+    for &step in opts.suite.steps {
+        workload::prepare(step, &ctx)?;
+    }
+    let mut result = RunResult {
+        schema_version: RUN_SCHEMA_VERSION,
+        fsprof_version: env!("CARGO_PKG_VERSION").to_string(),
+        kernel: trace::kernel_release(),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        memory_bytes: memory_bytes(),
+        suite: opts.suite.name.to_string(),
+        scale,
+        passes: opts.passes,
+        seed: opts.seed,
+        jobs: opts.jobs,
+        started: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        ..Default::default()
+    };
+    let mut progress = Progress {
+        start: Instant::now(),
+        total: opts.filesystems.len() * opts.passes as usize * opts.suite.steps.len(),
+        done: 0,
+    };
+    let outcome = run_matrix(opts, &mut ctx, size, &me, &mut result, &mut progress);
+    match &outcome {
+        Ok(()) => result.complete = true,
+        Err(e) => result.interrupted = Some(format!("{e:#}")),
+    }
+    result.save(&opts.results)?;
+    outcome.map(|()| result)
+}
+
+fn run_matrix(
+    opts: &RunOptions,
+    ctx: &mut workload::Ctx,
+    size: u64,
+    me: &std::path::Path,
+    result: &mut RunResult,
+    progress: &mut Progress,
+) -> Result<()> {
+    for &kind in &opts.filesystems {
+        let mut mount_opts = opts_for(&opts.mount_opts, kind).join(",");
+        if mount_opts.is_empty()
+            && let Some(o) = opts.suite.mount_opts_for(kind)
+        {
+            mount_opts = o.to_string();
+        }
+        let lab_opts = LabOptions {
+            size,
+            image_dir: opts.image_dir.clone(),
+            mkfs_opts: opts_for(&opts.mkfs_opts, kind)
+                .iter()
+                .flat_map(|o| o.split_whitespace().map(String::from))
+                .collect(),
+            mount_opts,
+            device: opts.device.clone(),
+        };
+        result.filesystems.push(FsRun {
+            fs: kind.name().to_string(),
+            mkfs_opts: lab_opts.mkfs_opts.clone(),
+            mount_opts: lab_opts.mount_opts.clone(),
+            ..Default::default()
+        });
+        for pass in 1..=opts.passes {
+            signals::check()?;
+            // A fresh filesystem for every pass.
+            let mut labfs = LabFs::create(kind, &lab_opts)?;
+            let fs_run = result.filesystems.last_mut().expect("pushed above");
+            fs_run.device = labfs.device_path().display().to_string();
+            fs_run.device_bytes = labfs.device_bytes();
+            fs_run.passes.push(PassRun {
+                pass,
+                mkfs_ns: ns(labfs.mkfs_time),
+                mount_ns: ns(labfs.mount_time),
+                capacity_after_mkfs: labfs.capacity()?,
+                ..Default::default()
+            });
+            ctx.dir = labfs.mountpoint().to_path_buf();
+            let ctx_json = serde_json::to_string(&ctx)?;
+            for &step in opts.suite.steps {
+                signals::check()?;
+                progress.step(kind, pass, opts.passes, step);
+                if opts.drop_caches {
+                    lab::drop_caches()?;
+                }
+                let trace = trace::run(&TraceOptions {
+                    command: vec![
+                        me.display().to_string(),
+                        "workload".into(),
+                        step.name().into(),
+                        "--ctx".into(),
+                        ctx_json.clone(),
+                    ],
+                    cwd: Some(ctx.dir.clone()),
+                    probes: ProbeOptions {
+                        devices: vec![labfs.kernel_dev()?],
+                    },
+                    kill_leftovers: true,
+                    sync_after: Some(ctx.dir.clone()),
+                    ..Default::default()
+                })?;
+                let failed = trace.exit_code != Some(0);
+                let syncfs_ns = trace.syncfs_ns.unwrap_or(0);
+                let capacity_after = step.deletes().then(|| labfs.capacity()).transpose()?;
+                let pass_run = result
+                    .filesystems
+                    .last_mut()
+                    .and_then(|f| f.passes.last_mut());
+                pass_run.expect("pushed above").steps.push(StepRun {
+                    step: step.name().to_string(),
+                    syncfs_ns,
+                    capacity_after,
+                    trace,
+                });
+                result.save(&opts.results)?;
+                signals::check()?;
+                if failed {
+                    anyhow::bail!("step {} failed on {kind} (pass {pass})", step.name());
+                }
+            }
+            let umount = labfs.unmount()?;
+            let pass_run = result
+                .filesystems
+                .last_mut()
+                .and_then(|f| f.passes.last_mut());
+            pass_run.expect("pushed above").umount_ns = Some(ns(umount));
+            result.save(&opts.results)?;
+        }
+    }
+    Ok(())
+}

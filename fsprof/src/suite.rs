@@ -1,0 +1,171 @@
+//! Suites: the task lists of the classic studies, one per study, plus `quick` and `full`.
+
+use anyhow::{Result, bail};
+
+use crate::{
+    lab::FsKind,
+    workload::{Ctx, Step},
+};
+
+pub struct Suite {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub steps: &'static [Step],
+    /// Scale used when the user gives none.
+    pub default_scale: f64,
+    /// Tree at scale 1: directories, files, factor on kernel-like file sizes.
+    pub tree: (u32, u32, f64),
+    /// Big file at scale 1, bytes.
+    pub big: u64,
+    /// Mount options the study used, per filesystem.
+    pub mount_opts: &'static [(FsKind, &'static str)],
+}
+
+use Step::*;
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+const KERNEL_TREE: (u32, u32, f64) = (5_300, 78_700, 1.0);
+
+pub const SUITES: &[Suite] = &[
+    Suite {
+        name: "quick",
+        about: "every kind of step at small scale (the default)",
+        steps: &[
+            ExtractTree,
+            CopyTree,
+            ListTree,
+            Find,
+            DeleteTree,
+            TreeIn,
+            BigIn,
+            BigCopy,
+            Remux,
+            DeleteBig,
+            Db,
+            Cpu,
+        ],
+        default_scale: 0.05,
+        tree: KERNEL_TREE,
+        // 100 MiB at the default scale: big enough to leave the page cache's fast path.
+        big: 2 * GIB,
+        mount_opts: &[],
+    },
+    Suite {
+        name: "desktop",
+        about: "desktop/NAS test: extract the kernel, remux a 9 GB video, copy the tree, \
+                delete the tree, delete the big files; ext3/ext4 with data=writeback",
+        steps: &[ExtractTree, BigIn, Remux, CopyTree, DeleteTree, DeleteBig],
+        default_scale: 1.0,
+        tree: KERNEL_TREE,
+        big: 9 * GIB,
+        mount_opts: &[
+            (FsKind::Ext3, "data=writeback"),
+            (FsKind::Ext4, "data=writeback"),
+        ],
+    },
+    Suite {
+        name: "build-tree",
+        about: "kernel build tree study: copy and delete a 38,755-file, 567 MB tree",
+        steps: &[TreeIn, CopyTree, DeleteTree],
+        default_scale: 1.0,
+        tree: (2_265, 38_755, 0.91),
+        big: 0,
+        mount_opts: &[],
+    },
+    Suite {
+        name: "file-server",
+        about: "small-office file server: copy a 700 MB ISO in, re-copy, delete; copy a \
+                7,500-file 1.9 GB tree in, re-copy, list, find, delete; capacity",
+        steps: &[
+            BigIn, BigCopy, DeleteBig, TreeIn, CopyTree, ListTree, Find, DeleteTree,
+        ],
+        default_scale: 1.0,
+        tree: (900, 7_500, 15.8),
+        big: 700 * MIB,
+        mount_opts: &[],
+    },
+    Suite {
+        name: "full",
+        about: "every step at full scale, on the real kernel tree",
+        steps: &[
+            ExtractTree,
+            CopyTree,
+            ListTree,
+            Find,
+            DeleteTree,
+            TreeIn,
+            BigIn,
+            BigCopy,
+            Remux,
+            DeleteBig,
+            Db,
+            Cpu,
+        ],
+        default_scale: 1.0,
+        tree: KERNEL_TREE,
+        big: 700 * MIB,
+        mount_opts: &[],
+    },
+];
+
+/// Suites of the issue that are not built yet, so `--suite` can say so instead of "unknown".
+const PLANNED: &[&str] = &["iozone", "distro"];
+
+impl Suite {
+    pub fn find(name: &str) -> Result<&'static Suite> {
+        if let Some(s) = SUITES.iter().find(|s| s.name == name) {
+            return Ok(s);
+        }
+        let names: Vec<_> = SUITES.iter().map(|s| s.name).collect();
+        if PLANNED.contains(&name) {
+            bail!(
+                "suite {name:?} is not built yet; available: {}",
+                names.join(", ")
+            );
+        }
+        bail!("unknown suite {name:?}; available: {}", names.join(", "))
+    }
+
+    /// The workload context at `scale`; the real kernel tarball is used at full scale.
+    pub fn ctx(&self, scale: f64, seed: u64, jobs: u32) -> Ctx {
+        let (dirs, files, factor) = self.tree;
+        Ctx {
+            dir: Default::default(),
+            src: Default::default(),
+            seed,
+            tree_dirs: ((dirs as f64 * scale) as u32).max(4),
+            tree_files: ((files as f64 * scale) as u32).max(16),
+            tree_size_factor: factor,
+            real_kernel: scale >= 1.0
+                && self.tree == KERNEL_TREE
+                && crate::workload::extract::kernel_tarball().is_some(),
+            big_size: ((self.big as f64 * scale) as u64).max(if self.big > 0 {
+                4 * MIB
+            } else {
+                0
+            }),
+            db_transactions: ((20_000.0 * scale) as u32).max(100),
+            db_pages: ((131_072.0 * scale) as u64).max(1024),
+            cpu_scale: scale,
+            jobs,
+            job: None,
+        }
+    }
+
+    /// Image size that holds the suite's peak usage with room to spare.
+    pub fn image_size(&self, ctx: &Ctx) -> u64 {
+        let tree = ctx.tree_files as u64 * (16 << 10) as u64;
+        let tree = (tree as f64 * ctx.tree_size_factor) as u64;
+        let peak = (2 * tree + 3 * ctx.big_size + ctx.db_pages * 8192 + (8 << 20))
+            * ctx.jobs.max(1) as u64;
+        (peak + peak / 2 + GIB).next_multiple_of(GIB)
+    }
+
+    pub fn mount_opts_for(&self, kind: FsKind) -> Option<&'static str> {
+        self.mount_opts
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, o)| *o)
+    }
+}

@@ -1,0 +1,87 @@
+//! Big files: bring one in from another disk, copy it, rewrite it in a new order (the
+//! "re-order the audio tracks of an mkv" step: read everything, write a remuxed copy).
+
+use std::{
+    fs,
+    io::{Read, Write},
+    path::Path,
+};
+
+use anyhow::{Context, Result, bail};
+
+use super::rng::Rng;
+
+const CHUNK: usize = 1 << 20;
+
+/// Makes `path` with `size` deterministic bytes unless it already has exactly that size.
+pub fn ensure_source(path: &Path, size: u64, seed: u64) -> Result<()> {
+    if fs::metadata(path).is_ok_and(|m| m.len() == size) {
+        return Ok(());
+    }
+    let tmp = path.with_extension("partial");
+    let mut f = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut rng = Rng::new(seed);
+    let mut buf = vec![0u8; CHUNK];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(CHUNK as u64) as usize;
+        rng.fill(&mut buf[..n]);
+        f.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// Plain sequential copy in 1 MiB reads and writes; returns bytes copied.
+pub fn copy(src: &Path, dst: &Path) -> Result<u64> {
+    let mut from = fs::File::open(src).with_context(|| format!("opening {}", src.display()))?;
+    let mut to = fs::File::create(dst).with_context(|| format!("creating {}", dst.display()))?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0;
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            return Ok(total);
+        }
+        to.write_all(&buf[..n])?;
+        total += n as u64;
+    }
+}
+
+/// Reads `src` and writes `dst` with each pair of 1 MiB chunks swapped, the way a remuxer
+/// reads every packet and writes them in a new interleaving. Returns bytes written.
+pub fn remux(src: &Path, dst: &Path) -> Result<u64> {
+    let mut from = fs::File::open(src).with_context(|| format!("opening {}", src.display()))?;
+    let mut to = fs::File::create(dst).with_context(|| format!("creating {}", dst.display()))?;
+    let (mut a, mut b) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+    let mut total = 0;
+    loop {
+        let na = read_full(&mut from, &mut a)?;
+        let nb = read_full(&mut from, &mut b)?;
+        to.write_all(&b[..nb])?;
+        to.write_all(&a[..na])?;
+        total += (na + nb) as u64;
+        if na + nb < 2 * CHUNK {
+            break;
+        }
+    }
+    let expect = fs::metadata(src)?.len();
+    if total != expect {
+        bail!("remux wrote {total} bytes of {expect}");
+    }
+    Ok(total)
+}
+
+fn read_full(f: &mut fs::File, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let r = f.read(&mut buf[n..])?;
+        if r == 0 {
+            break;
+        }
+        n += r;
+    }
+    Ok(n)
+}

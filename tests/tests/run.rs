@@ -1,0 +1,344 @@
+//! `fsprof run`: the matrix is filled, workloads write exactly their specs, capacity agrees
+//! with df, interruption leaves nothing behind, devices are guarded, errors are one line.
+
+use std::{path::Path, process::Command};
+
+use fsprof::{
+    lab::{
+        Capacity, FsKind,
+        loopdev::{Image, LoopDevice},
+    },
+    run::results::RunResult,
+    suite::Suite,
+    workload::{self, Step, tree},
+};
+use fsprof_tests::*;
+
+fn tmp_json(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("fsprof-{tag}-{}.json", std::process::id()))
+}
+
+#[test]
+fn quick_suite_fills_every_cell() {
+    if !root_or_skip("quick_suite_fills_every_cell") {
+        return;
+    }
+    let json = tmp_json("quick");
+    let out = Command::new(fsprof_bin())
+        .args([
+            "run",
+            "--fs",
+            "ext4,xfs,btrfs",
+            "--passes",
+            "2",
+            "--scale",
+            "0.02",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = RunResult::load(&json).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_file(json.with_extension("csv"));
+    assert!(r.complete);
+    let quick = Suite::find("quick").unwrap();
+    assert_eq!(r.filesystems.len(), 3);
+    for f in &r.filesystems {
+        assert_eq!(f.passes.len(), 2, "{}", f.fs);
+        for p in &f.passes {
+            assert!(
+                p.mkfs_ns > 0 && p.mount_ns > 0 && p.umount_ns.is_some(),
+                "{} {}",
+                f.fs,
+                p.pass
+            );
+            assert!(p.capacity_after_mkfs.total_bytes > 0);
+            let names: Vec<&str> = p.steps.iter().map(|s| s.step.as_str()).collect();
+            let want: Vec<&str> = quick.steps.iter().map(|s| s.name()).collect();
+            assert_eq!(names, want, "{} pass {}", f.fs, p.pass);
+            for s in &p.steps {
+                let t = &s.trace;
+                assert_eq!(t.exit_code, Some(0), "{} {}", f.fs, s.step);
+                assert!(
+                    t.wall_ns > 0 && !t.profile.syscalls.is_empty(),
+                    "{} {}",
+                    f.fs,
+                    s.step
+                );
+                assert!(
+                    t.profile.lost.is_empty(),
+                    "{} {}: {:?}",
+                    f.fs,
+                    s.step,
+                    t.profile.lost
+                );
+            }
+            // Writing steps reach the device under test, and only it is reported.
+            let copy = p.steps.iter().find(|s| s.step == "copy-tree").unwrap();
+            assert!(
+                copy.trace
+                    .profile
+                    .block
+                    .iter()
+                    .any(|b| b.class == "write" && b.bytes > 0)
+            );
+        }
+    }
+    // The terminal table has a row per filesystem and pass for each step.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("extract-tree") && stdout.contains("median"),
+        "{stdout}"
+    );
+}
+
+fn ctx_on(mnt: &Path, src: &Path) -> workload::Ctx {
+    let mut ctx = Suite::find("quick").unwrap().ctx(0.01, 3, 1);
+    ctx.dir = mnt.to_path_buf();
+    ctx.src = src.to_path_buf();
+    ctx.big_size = 6 << 20;
+    ctx
+}
+
+#[test]
+fn workloads_write_exactly_their_specs() {
+    if !root_or_skip("workloads_write_exactly_their_specs") {
+        return;
+    }
+    let fs = lab(FsKind::Ext4, 1 << 30, "");
+    let mnt = fs.mountpoint().to_path_buf();
+    let src = Path::new("/var/tmp/fsprof-tests/sources");
+    let ctx = ctx_on(&mnt, src);
+    let plan = ctx.tree_spec().plan();
+    let run = |step: Step| {
+        workload::prepare(step, &ctx).unwrap();
+        workload::run(step, &ctx).unwrap();
+    };
+
+    run(Step::ExtractTree);
+    assert_eq!(tree::measure(&mnt.join("tree")).unwrap(), plan.totals());
+    run(Step::CopyTree);
+    assert_eq!(
+        tree::measure(&mnt.join("tree-copy")).unwrap(),
+        plan.totals()
+    );
+    run(Step::ListTree);
+    let lines = std::fs::read_to_string(mnt.join("listing.txt"))
+        .unwrap()
+        .lines()
+        .count() as u64;
+    assert_eq!(lines, plan.totals().dirs + plan.totals().files);
+    let c_files = plan
+        .files
+        .iter()
+        .filter(|(p, _)| p.to_string_lossy().ends_with(".c"))
+        .count() as u64;
+    assert_eq!(tree::find(&mnt.join("tree"), "*.c").unwrap(), c_files);
+    run(Step::DeleteTree);
+    assert!(!mnt.join("tree").exists() && !mnt.join("tree-copy").exists());
+    run(Step::TreeIn);
+    assert_eq!(tree::measure(&mnt.join("tree")).unwrap(), plan.totals());
+
+    run(Step::BigIn);
+    let big = std::fs::read(mnt.join("big.bin")).unwrap();
+    assert_eq!(big.len() as u64, ctx.big_size);
+    run(Step::BigCopy);
+    assert!(std::fs::read(mnt.join("big-copy.bin")).unwrap() == big);
+    run(Step::Remux);
+    let remux = std::fs::read(mnt.join("big-remux.bin")).unwrap();
+    let mib = 1 << 20;
+    assert_eq!(remux.len(), big.len());
+    assert!(remux[..mib] == big[mib..2 * mib] && remux[mib..2 * mib] == big[..mib]);
+    run(Step::DeleteBig);
+    assert!(!mnt.join("big.bin").exists() && !mnt.join("big-remux.bin").exists());
+
+    run(Step::Db);
+    let spec = workload::db::DbSpec {
+        transactions: ctx.db_transactions,
+        data_pages: ctx.db_pages,
+        seed: ctx.seed,
+    };
+    assert_eq!(
+        std::fs::metadata(mnt.join("db.wal")).unwrap().len(),
+        spec.wal_bytes()
+    );
+    assert_eq!(
+        std::fs::metadata(mnt.join("db.data")).unwrap().len(),
+        spec.data_pages * workload::db::PAGE
+    );
+    run(Step::Cpu);
+    assert_eq!(std::fs::metadata(mnt.join("cpu.out")).unwrap().len(), 32);
+}
+
+#[test]
+fn capacity_matches_df() {
+    if !root_or_skip("capacity_matches_df") {
+        return;
+    }
+    for kind in [FsKind::Ext4, FsKind::Xfs, FsKind::Btrfs] {
+        let fs = lab(kind, 1 << 30, "");
+        std::fs::write(fs.mountpoint().join("f"), vec![7u8; 3 << 20]).unwrap();
+        fs.syncfs().unwrap();
+        let ours = Capacity::of(fs.mountpoint()).unwrap();
+        let out = Command::new("df")
+            .args(["-B1", "--output=size,used,avail"])
+            .arg(fs.mountpoint())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: Vec<u64> = text
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(
+            (ours.total_bytes, ours.used_bytes, ours.avail_bytes),
+            (v[0], v[1], v[2]),
+            "{kind}"
+        );
+    }
+}
+
+#[test]
+fn sigint_mid_run_leaves_nothing_and_a_valid_partial_file() {
+    if !root_or_skip("sigint_mid_run_leaves_nothing_and_a_valid_partial_file") {
+        return;
+    }
+    let json = tmp_json("sigint");
+    let child = Command::new(fsprof_bin())
+        .args(["run", "--fs", "ext4,xfs", "--passes", "3", "--json"])
+        .arg(&json)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first finished step, then interrupt.
+    let start = std::time::Instant::now();
+    while !json.exists() && start.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let r = RunResult::load(&json).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_file(json.with_extension("csv"));
+    assert!(
+        !r.complete && r.interrupted.is_some(),
+        "{:?}",
+        r.interrupted
+    );
+    assert!(!r.filesystems[0].passes[0].steps.is_empty());
+    let me = format!("fsprof-{}-", out_pid(&err));
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains(&me), "{mounts}");
+    let loops =
+        String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout)
+            .into_owned();
+    assert!(!loops.contains(&me), "{loops}");
+}
+
+/// The fsprof PID, from its "mounted at /run/fsprof/fsprof-PID-fs" line.
+fn out_pid(stderr: &str) -> String {
+    stderr
+        .split("/run/fsprof/fsprof-")
+        .nth(1)
+        .and_then(|s| s.split('-').next())
+        .unwrap_or("none")
+        .to_string()
+}
+
+#[test]
+fn devices_in_use_or_with_data_are_refused() {
+    if !root_or_skip("devices_in_use_or_with_data_are_refused") {
+        return;
+    }
+    let image = Image::create(Path::new("/var/tmp/fsprof-tests"), "guard", 256 << 20).unwrap();
+    let dev = LoopDevice::attach(&image.path).unwrap();
+    let run_on = |extra: &[&str]| {
+        Command::new(fsprof_bin())
+            .args(["run", "--fs", "ext4", "--passes", "1", "--device"])
+            .arg(&dev.path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Empty device: accepted (a real run on it).
+    let json = tmp_json("guard");
+    let ok = run_on(&["--scale", "0.005", "--json", json.to_str().unwrap()]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_file(json.with_extension("csv"));
+    // Now it carries the ext4 fsprof made: refused without --force.
+    let refused = run_on(&[]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("carries a ext4 signature") && err.contains("--force"),
+        "{err}"
+    );
+    // Mounted: refused even with --force.
+    let mnt = Path::new("/run/fsprof-tests-guard");
+    std::fs::create_dir_all(mnt).unwrap();
+    assert!(
+        Command::new("mount")
+            .arg(&dev.path)
+            .arg(mnt)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let refused = run_on(&["--force"]);
+    let _ = Command::new("umount").arg(mnt).status();
+    let _ = std::fs::remove_dir(mnt);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("is mounted at"), "{err}");
+}
+
+#[test]
+fn bad_names_and_missing_tools_are_one_line_errors() {
+    let out = Command::new(fsprof_bin())
+        .args(["run", "--fs", "ext4,zfs"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("unknown filesystem \"zfs\"") && err.contains("known: ext2"),
+        "{err}"
+    );
+    if !root_or_skip("bad_names_and_missing_tools_are_one_line_errors (root part)") {
+        return;
+    }
+    // mkfs.xfs lives in /usr/sbin: without it on PATH the error names the package.
+    let out = Command::new(fsprof_bin())
+        .args(["run", "--fs", "xfs"])
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("mkfs.xfs not found") && err.contains("apt-get install xfsprogs"),
+        "{err}"
+    );
+    let out = Command::new(fsprof_bin())
+        .args(["run", "--fs", "jfs"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no jfs filesystem driver"), "{err}");
+}
