@@ -4,8 +4,10 @@
 pub const MAX_SYSCALLS: u32 = 1024;
 /// Threads followed at once; a fork beyond this is counted in `Lost::TaskTableFull`.
 pub const MAX_TASKS: u32 = 65536;
-/// Distinct histogram buckets over all histograms.
-pub const MAX_HIST_ENTRIES: u32 = 131072;
+/// Distinct histogram buckets over all histograms. A trace uses a few thousand (each
+/// histogram spans at most a few hundred buckets); the map is preallocated, so its size is
+/// also start-up time.
+pub const MAX_HIST_ENTRIES: u32 = 32768;
 /// Block requests in flight at once across the traced devices.
 pub const MAX_INFLIGHT_REQUESTS: u32 = 65536;
 /// (device, class) pairs.

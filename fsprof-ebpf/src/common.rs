@@ -1,7 +1,7 @@
 //! Maps and helpers shared by every probe.
 
 use aya_ebpf::{
-    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::map,
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
@@ -31,10 +31,9 @@ static CONFIG: ProbeConfig = ProbeConfig {
 pub static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TASKS, 0);
 
 #[map]
-// Not preallocated: creating 128k per-CPU slots up front costs a noticeable part of a second
-// at every start, and a run touches a few thousand buckets.
-static HISTS: PerCpuHashMap<HistKey, u64> =
-    PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, BPF_F_NO_PREALLOC);
+// Preallocated: with BPF_F_NO_PREALLOC an insert can fail transiently when the kernel's
+// per-CPU element cache is empty, which would lose samples for no good reason.
+static HISTS: PerCpuHashMap<HistKey, u64> = PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
 
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_KINDS, 0);

@@ -10,7 +10,7 @@ use fsprof::{
     signals,
     suite::Suite,
     trace::{self, TraceOptions, TraceResult},
-    workload,
+    workload::{self, pgbench::PgbenchSpec},
 };
 
 #[derive(Parser)]
@@ -86,6 +86,33 @@ struct RunArgs {
     /// Keep the page cache between steps.
     #[arg(long)]
     no_drop_caches: bool,
+    /// An extra step: NAME=COMMAND, run with sh -c on the fs under test ({mnt} = its mount
+    /// point), e.g. bonnie='bonnie++ -d {mnt} -u root -s 1024 -n 16'. Repeatable.
+    #[arg(long = "step", value_parser = |s: &str| run::RunStep::parse_command(s).map_err(|e| e.to_string()))]
+    steps: Vec<run::RunStep>,
+    /// Add a pgbench step: SCALE,CLIENTS,SECONDS (e.g. 10,4,30) against a PostgreSQL server
+    /// fsprof runs with its data directory on the fs under test.
+    #[arg(long, value_parser = parse_pgbench)]
+    pgbench: Option<PgbenchSpec>,
+}
+
+fn parse_pgbench(s: &str) -> Result<PgbenchSpec, String> {
+    let v: Vec<u32> = s
+        .split(',')
+        .map(|x| {
+            x.trim()
+                .parse()
+                .map_err(|_| format!("bad --pgbench {s:?}: want SCALE,CLIENTS,SECONDS"))
+        })
+        .collect::<Result<_, _>>()?;
+    match v[..] {
+        [scale, clients, seconds] if scale > 0 && clients > 0 && seconds > 0 => Ok(PgbenchSpec {
+            scale,
+            clients,
+            seconds,
+        }),
+        _ => Err(format!("bad --pgbench {s:?}: want SCALE,CLIENTS,SECONDS")),
+    }
 }
 
 /// "ext4:opts" → (Some(ext4), "opts"); "opts" → (None, "opts").
@@ -106,7 +133,10 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         a.fs.split(',')
             .map(FsKind::parse)
             .collect::<Result<Vec<_>>>()?;
+    let mut extra_steps = a.steps.clone();
+    extra_steps.extend(a.pgbench.clone().map(run::RunStep::Pgbench));
     let opts = RunOptions {
+        extra_steps,
         filesystems,
         suite: Suite::find(&a.suite)?,
         scale: a.scale,

@@ -25,6 +25,9 @@ pub struct TraceOptions {
     pub cwd: Option<PathBuf>,
     /// Follow this running process tree instead of starting a command.
     pub pid: Option<u32>,
+    /// With a command: also follow these running process trees (a server the command
+    /// talks to, e.g. PostgreSQL under pgbench).
+    pub also_follow: Vec<u32>,
     /// With `pid`: stop after this long (else when it exits or on Ctrl-C).
     pub duration: Option<Duration>,
     pub probes: ProbeOptions,
@@ -141,6 +144,11 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
         }
         None => {
             signals::check()?;
+            for &pid in &opts.also_follow {
+                for (tid, state) in target::process_tree_threads(pid)? {
+                    probes.follow_running(tid, state)?;
+                }
+            }
             let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
             probes.follow(held.pid(), false)?;
             let exit = held.run()?;

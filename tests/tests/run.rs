@@ -342,3 +342,70 @@ fn bad_names_and_missing_tools_are_one_line_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has no jfs filesystem driver"), "{err}");
 }
+
+#[test]
+fn external_and_pgbench_steps_are_traced() {
+    if !root_or_skip("external_and_pgbench_steps_are_traced") {
+        return;
+    }
+    let json = tmp_json("external");
+    let out = Command::new(fsprof_bin())
+        .args([
+            "run",
+            "--suite",
+            "none",
+            "--fs",
+            "xfs",
+            "--passes",
+            "1",
+            "--pgbench",
+            "1,2,3",
+        ])
+        .args([
+            "--step",
+            "fill=dd if=/dev/zero of={mnt}/zeros bs=1M count=32 status=none",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = RunResult::load(&json).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_file(json.with_extension("csv"));
+    let steps = &r.filesystems[0].passes[0].steps;
+    let names: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(names, ["fill", "pgbench"]);
+    // The template ran on the fs under test: its 32 MiB reached the loop device.
+    let written: u64 = steps[0]
+        .trace
+        .profile
+        .block
+        .iter()
+        .filter(|b| b.class == "write")
+        .map(|b| b.bytes)
+        .sum();
+    assert!(written >= 32 << 20, "{written}");
+    // pgbench: the server's processes were followed (they do the fsyncs), and tps parsed.
+    let pg = &steps[1];
+    assert!(
+        pg.metrics.get("tps").is_some_and(|&t| t > 0.0),
+        "{:?}",
+        pg.metrics
+    );
+    let fsyncs: u64 = pg
+        .trace
+        .profile
+        .syscalls
+        .iter()
+        .filter(|s| s.op == "sync")
+        .map(|s| s.count)
+        .sum();
+    assert!(fsyncs > 0, "no fsync/fdatasync from the server");
+    // And it is stopped: nothing holds the filesystem, which was unmounted.
+    assert!(r.filesystems[0].passes[0].umount_ns.is_some());
+}

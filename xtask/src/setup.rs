@@ -22,6 +22,8 @@ const TOOLS: &[&str] = &[
     "xfsprogs",    // xfs
     "btrfs-progs", // btrfs
     "ntfs-3g",     // ntfs over FUSE
+    "postgresql",  // the pgbench step's server
+    "bonnie++",    // an external workload the studies used
 ];
 const TOOLCHAIN: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf"];
 

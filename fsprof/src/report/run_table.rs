@@ -132,6 +132,22 @@ pub fn render(r: &RunResult) -> String {
             }
         }
         o.push_str(&table(&header, &rows));
+        for f in &r.filesystems {
+            for p in &f.passes {
+                for s in p
+                    .steps
+                    .iter()
+                    .filter(|s| &s.step == step && !s.metrics.is_empty())
+                {
+                    let m: Vec<String> = s
+                        .metrics
+                        .iter()
+                        .map(|(k, v)| format!("{k} {v:.1}"))
+                        .collect();
+                    let _ = writeln!(o, "  {} pass {}: {}", f.fs, p.pass, m.join(", "));
+                }
+            }
+        }
     }
 
     let _ = writeln!(o, "\nfilesystems (median over passes)");

@@ -15,11 +15,53 @@ use crate::{
     signals,
     suite::Suite,
     trace::{self, TraceOptions},
-    workload::{self, Step},
+    workload::{
+        self, Step,
+        pgbench::{PgServer, PgbenchSpec},
+    },
 };
 use results::{FsRun, PassRun, RUN_SCHEMA_VERSION, RunResult, StepRun};
 
+/// A step of a run: built in, a user's command template, or pgbench on a real server.
+#[derive(Clone, Debug)]
+pub enum RunStep {
+    Builtin(Step),
+    /// Run with `sh -c` on the filesystem under test; `{mnt}` is its mount point.
+    Command {
+        name: String,
+        template: String,
+    },
+    Pgbench(PgbenchSpec),
+}
+
+impl RunStep {
+    pub fn name(&self) -> String {
+        match self {
+            RunStep::Builtin(s) => s.name().to_string(),
+            RunStep::Command { name, .. } => name.clone(),
+            RunStep::Pgbench(_) => "pgbench".to_string(),
+        }
+    }
+
+    /// Parses `NAME=COMMAND` for `--step`.
+    pub fn parse_command(s: &str) -> Result<RunStep> {
+        match s.split_once('=') {
+            Some((name, cmd)) if !name.is_empty() && !cmd.trim().is_empty() => {
+                Ok(RunStep::Command {
+                    name: name.to_string(),
+                    template: cmd.to_string(),
+                })
+            }
+            _ => anyhow::bail!(
+                "--step takes NAME=COMMAND, e.g. untar='tar xf /src/linux.tar -C {{mnt}}'"
+            ),
+        }
+    }
+}
+
 pub struct RunOptions {
+    /// Steps run after the suite's (`--step`, `--pgbench`).
+    pub extra_steps: Vec<RunStep>,
     pub filesystems: Vec<FsKind>,
     pub suite: &'static Suite,
     /// Overrides the suite's default scale.
@@ -69,7 +111,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn step(&mut self, fs: FsKind, pass: u32, passes: u32, step: Step) {
+    fn step(&mut self, fs: FsKind, pass: u32, passes: u32, step: &str) {
         let el = self.start.elapsed().as_secs();
         let eta = if self.done > 0 {
             let per = self.start.elapsed().as_secs_f64() / self.done as f64;
@@ -81,10 +123,9 @@ impl Progress {
             String::new()
         };
         eprintln!(
-            "fsprof: [{}/{}] {fs} pass {pass}/{passes}: {} (elapsed {}:{:02}{eta})",
+            "fsprof: [{}/{}] {fs} pass {pass}/{passes}: {step} (elapsed {}:{:02}{eta})",
             self.done + 1,
             self.total,
-            step.name(),
             el / 60,
             el % 60
         );
@@ -110,6 +151,13 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
     for &step in opts.suite.steps {
         workload::prepare(step, &ctx)?;
     }
+    let steps: Vec<RunStep> = opts
+        .suite
+        .steps
+        .iter()
+        .map(|&s| RunStep::Builtin(s))
+        .chain(opts.extra_steps.iter().cloned())
+        .collect();
     let mut result = RunResult {
         schema_version: RUN_SCHEMA_VERSION,
         fsprof_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -131,10 +179,18 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
     };
     let mut progress = Progress {
         start: Instant::now(),
-        total: opts.filesystems.len() * opts.passes as usize * opts.suite.steps.len(),
+        total: opts.filesystems.len() * opts.passes as usize * steps.len(),
         done: 0,
     };
-    let outcome = run_matrix(opts, &mut ctx, size, &me, &mut result, &mut progress);
+    let outcome = run_matrix(
+        opts,
+        &steps,
+        &mut ctx,
+        size,
+        &me,
+        &mut result,
+        &mut progress,
+    );
     match &outcome {
         Ok(()) => result.complete = true,
         Err(e) => result.interrupted = Some(format!("{e:#}")),
@@ -145,6 +201,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
 
 fn run_matrix(
     opts: &RunOptions,
+    steps: &[RunStep],
     ctx: &mut workload::Ctx,
     size: u64,
     me: &std::path::Path,
@@ -190,45 +247,68 @@ fn run_matrix(
             });
             ctx.dir = labfs.mountpoint().to_path_buf();
             let ctx_json = serde_json::to_string(&ctx)?;
-            for &step in opts.suite.steps {
+            for step in steps {
                 signals::check()?;
-                progress.step(kind, pass, opts.passes, step);
+                let name = step.name();
+                progress.step(kind, pass, opts.passes, &name);
+                let mnt = ctx.dir.display().to_string();
+                // Untraced set-up: a server the step talks to, stopped when `server` drops.
+                let server = match step {
+                    RunStep::Pgbench(spec) => Some(PgServer::start(&ctx.dir, spec)?),
+                    _ => None,
+                };
+                let command = match step {
+                    RunStep::Builtin(s) => vec![
+                        me.display().to_string(),
+                        "workload".into(),
+                        s.name().into(),
+                        "--ctx".into(),
+                        ctx_json.clone(),
+                    ],
+                    RunStep::Command { template, .. } => {
+                        vec!["sh".into(), "-c".into(), template.replace("{mnt}", &mnt)]
+                    }
+                    RunStep::Pgbench(spec) => server.as_ref().expect("started").bench_command(spec),
+                };
                 if opts.drop_caches {
                     lab::drop_caches()?;
                 }
                 let trace = trace::run(&TraceOptions {
-                    command: vec![
-                        me.display().to_string(),
-                        "workload".into(),
-                        step.name().into(),
-                        "--ctx".into(),
-                        ctx_json.clone(),
-                    ],
+                    command,
                     cwd: Some(ctx.dir.clone()),
+                    also_follow: server.iter().map(|s| s.pid).collect(),
                     probes: ProbeOptions {
                         devices: vec![labfs.kernel_dev()?],
                     },
-                    kill_leftovers: true,
+                    // The server is meant to outlive the client; it is stopped below.
+                    kill_leftovers: server.is_none(),
                     sync_after: Some(ctx.dir.clone()),
                     ..Default::default()
                 })?;
+                let mut metrics = std::collections::BTreeMap::new();
+                if let Some(tps) = server.as_ref().and_then(|s| s.tps()) {
+                    metrics.insert("tps".to_string(), tps);
+                }
+                drop(server);
                 let failed = trace.exit_code != Some(0);
                 let syncfs_ns = trace.syncfs_ns.unwrap_or(0);
-                let capacity_after = step.deletes().then(|| labfs.capacity()).transpose()?;
+                let deletes = matches!(step, RunStep::Builtin(s) if s.deletes());
+                let capacity_after = deletes.then(|| labfs.capacity()).transpose()?;
                 let pass_run = result
                     .filesystems
                     .last_mut()
                     .and_then(|f| f.passes.last_mut());
                 pass_run.expect("pushed above").steps.push(StepRun {
-                    step: step.name().to_string(),
+                    step: name.clone(),
                     syncfs_ns,
                     capacity_after,
+                    metrics,
                     trace,
                 });
                 result.save(&opts.results)?;
                 signals::check()?;
                 if failed {
-                    anyhow::bail!("step {} failed on {kind} (pass {pass})", step.name());
+                    anyhow::bail!("step {name} failed on {kind} (pass {pass})");
                 }
             }
             let umount = labfs.unmount()?;

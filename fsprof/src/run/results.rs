@@ -59,6 +59,8 @@ pub struct StepRun {
     pub syncfs_ns: u64,
     /// Capacity after the step (recorded after steps that delete).
     pub capacity_after: Option<Capacity>,
+    /// Figures the step's own tool reports, e.g. pgbench's `tps`.
+    pub metrics: std::collections::BTreeMap<String, f64>,
     pub trace: TraceResult,
 }
 

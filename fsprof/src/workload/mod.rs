@@ -6,6 +6,7 @@ pub mod bigfile;
 pub mod cpu;
 pub mod db;
 pub mod extract;
+pub mod pgbench;
 pub mod rng;
 pub mod tree;
 
@@ -68,13 +69,14 @@ pub enum Step {
 }
 
 impl Step {
+    /// Every step, in an order where each finds what the earlier ones left.
     pub const ALL: [Step; 12] = [
         Step::ExtractTree,
-        Step::TreeIn,
         Step::CopyTree,
         Step::ListTree,
         Step::Find,
         Step::DeleteTree,
+        Step::TreeIn,
         Step::BigIn,
         Step::BigCopy,
         Step::Remux,
