@@ -4,7 +4,7 @@ use anyhow::{Result, bail};
 
 use crate::{
     lab::FsKind,
-    workload::{Ctx, Step},
+    workload::{Ctx, Step, iozone, pgbench::PgbenchSpec},
 };
 
 pub struct Suite {
@@ -17,9 +17,22 @@ pub struct Suite {
     pub tree: (u32, u32, f64),
     /// Big file at scale 1, bytes.
     pub big: u64,
+    /// bonnie++ at scale 1: sequential file size, `-n` files, max, min, directories.
+    pub bonnie: (u64, u32, u64, u64, u32),
+    /// IOzone at scale 1: largest file of the automatic matrix, O_DIRECT large file.
+    pub iozone: (u64, u64),
+    /// pgbench SCALE, CLIENTS, SECONDS, appended as a step when set.
+    pub pgbench: Option<(u32, u32, u32)>,
     /// Mount options the study used, per filesystem.
     pub mount_opts: &'static [(FsKind, &'static str)],
 }
+
+/// bonnie++ as the build-tree study ran it: -n 40:1024k:128k:2265, 1 GiB sequential file.
+const BONNIE_STUDY: (u64, u32, u64, u64, u32) = (GIB, 40_000, MIB, 128 << 10, 2_265);
+/// Small files for the quick suite: the same phases without gigabytes of data.
+const BONNIE_SMALL: (u64, u32, u64, u64, u32) = (GIB, 40_000, 16 << 10, 0, 2_265);
+/// iozone -a -g 512m, and a 3 GB file with 128 KiB records.
+const IOZONE_STUDY: (u64, u64) = (512 * MIB, 3 * GIB);
 
 use Step::*;
 
@@ -36,6 +49,9 @@ pub const SUITES: &[Suite] = &[
         tree: KERNEL_TREE,
         // 100 MiB at the default scale: big enough to leave the page cache's fast path.
         big: 2 * GIB,
+        bonnie: BONNIE_SMALL,
+        iozone: (32 * MIB, 3 * GIB),
+        pgbench: None,
         mount_opts: &[],
     },
     Suite {
@@ -46,6 +62,9 @@ pub const SUITES: &[Suite] = &[
         default_scale: 1.0,
         tree: KERNEL_TREE,
         big: 9 * GIB,
+        bonnie: BONNIE_STUDY,
+        iozone: IOZONE_STUDY,
+        pgbench: None,
         mount_opts: &[
             (FsKind::Ext3, "data=writeback"),
             (FsKind::Ext4, "data=writeback"),
@@ -53,11 +72,31 @@ pub const SUITES: &[Suite] = &[
     },
     Suite {
         name: "build-tree",
-        about: "kernel build tree study: copy and delete a 38,755-file, 567 MB tree",
-        steps: &[TreeIn, CopyTree, DeleteTree],
+        about: "kernel build tree study: copy and delete a 38,755-file, 567 MB tree; then \
+                bonnie++ -n 40:1024k:128k:2265 and its sequential and seek phases",
+        steps: &[
+            TreeIn,
+            CopyTree,
+            DeleteTree,
+            BonniePutc,
+            BonnieWrite,
+            BonnieRewrite,
+            BonnieGetc,
+            BonnieRead,
+            BonnieSeeks,
+            BonnieSeqCreate,
+            BonnieSeqStat,
+            BonnieSeqDelete,
+            BonnieRandCreate,
+            BonnieRandStat,
+            BonnieRandDelete,
+        ],
         default_scale: 1.0,
         tree: (2_265, 38_755, 0.91),
         big: 0,
+        bonnie: BONNIE_STUDY,
+        iozone: IOZONE_STUDY,
+        pgbench: None,
         mount_opts: &[],
     },
     Suite {
@@ -70,6 +109,43 @@ pub const SUITES: &[Suite] = &[
         default_scale: 1.0,
         tree: (900, 7_500, 15.8),
         big: 700 * MIB,
+        bonnie: BONNIE_STUDY,
+        iozone: IOZONE_STUDY,
+        pgbench: None,
+        mount_opts: &[],
+    },
+    Suite {
+        name: "iozone",
+        about: "IOzone study: write, rewrite, read, reread, random read, random write over \
+                record sizes 4 KiB-16 MiB and file sizes 64 KiB-512 MiB; a 3 GB O_DIRECT file",
+        steps: &[
+            IozoneWrite,
+            IozoneRewrite,
+            IozoneRead,
+            IozoneReread,
+            IozoneRandRead,
+            IozoneRandWrite,
+            IozoneLarge,
+        ],
+        default_scale: 1.0,
+        tree: KERNEL_TREE,
+        big: 0,
+        bonnie: BONNIE_STUDY,
+        iozone: IOZONE_STUDY,
+        pgbench: None,
+        mount_opts: &[],
+    },
+    Suite {
+        name: "distro",
+        about: "distribution benchmark: 4 GB sequential write and read, pgbench on \
+                PostgreSQL, and a CPU-bound control where the filesystem should not matter",
+        steps: &[SeqWrite, SeqRead, Cpu],
+        default_scale: 1.0,
+        tree: KERNEL_TREE,
+        big: 4 * GIB,
+        bonnie: BONNIE_STUDY,
+        iozone: IOZONE_STUDY,
+        pgbench: Some((10, 4, 60)),
         mount_opts: &[],
     },
     Suite {
@@ -79,6 +155,9 @@ pub const SUITES: &[Suite] = &[
         default_scale: 1.0,
         tree: KERNEL_TREE,
         big: 0,
+        bonnie: BONNIE_STUDY,
+        iozone: IOZONE_STUDY,
+        pgbench: None,
         mount_opts: &[],
     },
     Suite {
@@ -88,12 +167,15 @@ pub const SUITES: &[Suite] = &[
         default_scale: 1.0,
         tree: KERNEL_TREE,
         big: 700 * MIB,
+        bonnie: BONNIE_STUDY,
+        iozone: IOZONE_STUDY,
+        pgbench: Some((10, 4, 60)),
         mount_opts: &[],
     },
 ];
 
 /// Suites of the issue that are not built yet, so `--suite` can say so instead of "unknown".
-const PLANNED: &[&str] = &["iozone", "distro"];
+const PLANNED: &[&str] = &[];
 
 impl Suite {
     pub fn find(name: &str) -> Result<&'static Suite> {
@@ -131,6 +213,13 @@ impl Suite {
             db_transactions: ((20_000.0 * scale) as u32).max(100),
             db_pages: ((131_072.0 * scale) as u64).max(1024),
             cpu_scale: scale,
+            bonnie_size: ((self.bonnie.0 as f64 * scale) as u64).max(MIB),
+            bonnie_files: ((self.bonnie.1 as f64 * scale) as u32).max(16),
+            bonnie_max: self.bonnie.2,
+            bonnie_min: self.bonnie.3,
+            bonnie_dirs: ((self.bonnie.4 as f64 * scale) as u32).max(1),
+            iozone_max_file: ((self.iozone.0 as f64 * scale) as u64).max(iozone::MIN_FILE),
+            iozone_large: ((self.iozone.1 as f64 * scale) as u64).max(16 * MIB),
             jobs,
             job: None,
         }
@@ -140,8 +229,11 @@ impl Suite {
     pub fn image_size(&self, ctx: &Ctx) -> u64 {
         let tree = ctx.tree_files as u64 * (16 << 10) as u64;
         let tree = (tree as f64 * ctx.tree_size_factor) as u64;
-        let peak = (2 * tree + 3 * ctx.big_size + ctx.db_pages * 8192 + (8 << 20))
-            * ctx.jobs.max(1) as u64;
+        let bonnie = ctx.bonnie_size + ctx.bonnie_files as u64 * ctx.bonnie_max;
+        let iozone = 2 * ctx.iozone_max_file + ctx.iozone_large;
+        let peak =
+            (2 * tree + 3 * ctx.big_size + ctx.db_pages * 8192 + bonnie + iozone + (8 << 20))
+                * ctx.jobs.max(1) as u64;
         (peak + peak / 2 + GIB).next_multiple_of(GIB)
     }
 
@@ -150,5 +242,16 @@ impl Suite {
             .iter()
             .find(|(k, _)| *k == kind)
             .map(|(_, o)| *o)
+    }
+}
+
+impl Suite {
+    /// The suite's own pgbench step, if the study had one.
+    pub fn pgbench_spec(&self) -> Option<PgbenchSpec> {
+        self.pgbench.map(|(scale, clients, seconds)| PgbenchSpec {
+            scale,
+            clients,
+            seconds,
+        })
     }
 }

@@ -174,6 +174,72 @@ fn workloads_write_exactly_their_specs() {
     );
     run(Step::Cpu);
     assert_eq!(std::fs::metadata(mnt.join("cpu.out")).unwrap().len(), 32);
+
+    run(Step::SeqWrite);
+    assert_eq!(
+        std::fs::metadata(mnt.join("seq.bin")).unwrap().len(),
+        ctx.big_size
+    );
+
+    // bonnie++ phases.
+    let b = ctx.bonnie_spec();
+    let dat = || std::fs::metadata(mnt.join("bonnie.dat")).unwrap().len();
+    run(Step::BonniePutc);
+    assert_eq!(dat(), b.file_size);
+    run(Step::BonnieWrite);
+    assert_eq!(dat(), b.file_size);
+    run(Step::BonnieRewrite);
+    assert_eq!(dat(), b.file_size);
+    assert_eq!(workload::bonnie::getc(&mnt).unwrap(), b.file_size);
+    assert_eq!(workload::bonnie::read_blocks(&mnt).unwrap(), b.file_size);
+    run(Step::BonnieSeeks);
+    for (random, root) in [(false, "bonnie-seq"), (true, "bonnie-random")] {
+        let (create, stat, delete) = if random {
+            (
+                Step::BonnieRandCreate,
+                Step::BonnieRandStat,
+                Step::BonnieRandDelete,
+            )
+        } else {
+            (
+                Step::BonnieSeqCreate,
+                Step::BonnieSeqStat,
+                Step::BonnieSeqDelete,
+            )
+        };
+        run(create);
+        let set = workload::bonnie::file_set(&b, random);
+        let want = tree::TreeTotals {
+            dirs: b.dirs as u64,
+            files: b.files as u64,
+            bytes: set.iter().map(|f| f.1).sum(),
+        };
+        assert_eq!(tree::measure(&mnt.join(root)).unwrap(), want, "{root}");
+        run(stat);
+        run(delete);
+        assert!(!mnt.join(root).exists());
+    }
+
+    // IOzone: one file per size of the matrix, each exactly that size.
+    run(Step::IozoneWrite);
+    for (size, _) in workload::iozone::matrix(ctx.iozone_max_file) {
+        let len = std::fs::metadata(mnt.join(format!("iozone-{size}.tmp")))
+            .unwrap()
+            .len();
+        assert_eq!(len, size);
+    }
+    for step in [
+        Step::IozoneRewrite,
+        Step::IozoneRead,
+        Step::IozoneReread,
+        Step::IozoneRandRead,
+        Step::IozoneRandWrite,
+        Step::IozoneLarge,
+    ] {
+        run(step);
+    }
+    let moved = workload::iozone::large(&mnt, ctx.iozone_large, 1).unwrap();
+    assert_eq!(moved, 2 * (ctx.iozone_large / (128 << 10)) * (128 << 10));
 }
 
 #[test]

@@ -156,6 +156,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
         .steps
         .iter()
         .map(|&s| RunStep::Builtin(s))
+        .chain(opts.suite.pgbench_spec().map(RunStep::Pgbench))
         .chain(opts.extra_steps.iter().cloned())
         .collect();
     let mut result = RunResult {

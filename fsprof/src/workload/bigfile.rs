@@ -74,6 +74,20 @@ pub fn remux(src: &Path, dst: &Path) -> Result<u64> {
     Ok(total)
 }
 
+/// Reads `path` to the end in 1 MiB reads; returns bytes read.
+pub fn read(path: &Path) -> Result<u64> {
+    let mut f = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n as u64;
+    }
+}
+
 fn read_full(f: &mut fs::File, buf: &mut [u8]) -> Result<usize> {
     let mut n = 0;
     while n < buf.len() {

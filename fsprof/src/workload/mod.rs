@@ -3,9 +3,11 @@
 //! workload and nothing of fsprof itself; everything is deterministic from the seed.
 
 pub mod bigfile;
+pub mod bonnie;
 pub mod cpu;
 pub mod db;
 pub mod extract;
+pub mod iozone;
 pub mod pgbench;
 pub mod rng;
 pub mod tree;
@@ -33,6 +35,15 @@ pub struct Ctx {
     pub db_transactions: u32,
     pub db_pages: u64,
     pub cpu_scale: f64,
+    /// bonnie++: sequential file size, and `-n files:max:min:dirs`.
+    pub bonnie_size: u64,
+    pub bonnie_files: u32,
+    pub bonnie_max: u64,
+    pub bonnie_min: u64,
+    pub bonnie_dirs: u32,
+    /// IOzone: largest file of the automatic matrix, and the O_DIRECT large file.
+    pub iozone_max_file: u64,
+    pub iozone_large: u64,
     /// Copies of the step run at once, each in `job-K/`.
     pub jobs: u32,
     /// Set in the per-job processes.
@@ -66,11 +77,34 @@ pub enum Step {
     Db,
     /// CPU-bound control.
     Cpu,
+    /// Sequential write of the big-file size from memory, then fsync (distribution test).
+    SeqWrite,
+    /// Sequential read of that file, cold.
+    SeqRead,
+    BonniePutc,
+    BonnieWrite,
+    BonnieRewrite,
+    BonnieGetc,
+    BonnieRead,
+    BonnieSeeks,
+    BonnieSeqCreate,
+    BonnieSeqStat,
+    BonnieSeqDelete,
+    BonnieRandCreate,
+    BonnieRandStat,
+    BonnieRandDelete,
+    IozoneWrite,
+    IozoneRewrite,
+    IozoneRead,
+    IozoneReread,
+    IozoneRandRead,
+    IozoneRandWrite,
+    IozoneLarge,
 }
 
 impl Step {
     /// Every step, in an order where each finds what the earlier ones left.
-    pub const ALL: [Step; 12] = [
+    pub const ALL: [Step; 33] = [
         Step::ExtractTree,
         Step::CopyTree,
         Step::ListTree,
@@ -83,6 +117,27 @@ impl Step {
         Step::DeleteBig,
         Step::Db,
         Step::Cpu,
+        Step::SeqWrite,
+        Step::SeqRead,
+        Step::BonniePutc,
+        Step::BonnieWrite,
+        Step::BonnieRewrite,
+        Step::BonnieGetc,
+        Step::BonnieRead,
+        Step::BonnieSeeks,
+        Step::BonnieSeqCreate,
+        Step::BonnieSeqStat,
+        Step::BonnieSeqDelete,
+        Step::BonnieRandCreate,
+        Step::BonnieRandStat,
+        Step::BonnieRandDelete,
+        Step::IozoneWrite,
+        Step::IozoneRewrite,
+        Step::IozoneRead,
+        Step::IozoneReread,
+        Step::IozoneRandRead,
+        Step::IozoneRandWrite,
+        Step::IozoneLarge,
     ];
 
     pub fn name(self) -> &'static str {
@@ -99,6 +154,27 @@ impl Step {
             Step::DeleteBig => "delete-big",
             Step::Db => "db",
             Step::Cpu => "cpu",
+            Step::SeqWrite => "seq-write",
+            Step::SeqRead => "seq-read",
+            Step::BonniePutc => "bonnie-putc",
+            Step::BonnieWrite => "bonnie-write",
+            Step::BonnieRewrite => "bonnie-rewrite",
+            Step::BonnieGetc => "bonnie-getc",
+            Step::BonnieRead => "bonnie-read",
+            Step::BonnieSeeks => "bonnie-seeks",
+            Step::BonnieSeqCreate => "bonnie-seq-create",
+            Step::BonnieSeqStat => "bonnie-seq-stat",
+            Step::BonnieSeqDelete => "bonnie-seq-delete",
+            Step::BonnieRandCreate => "bonnie-rand-create",
+            Step::BonnieRandStat => "bonnie-rand-stat",
+            Step::BonnieRandDelete => "bonnie-rand-delete",
+            Step::IozoneWrite => "iozone-write",
+            Step::IozoneRewrite => "iozone-rewrite",
+            Step::IozoneRead => "iozone-read",
+            Step::IozoneReread => "iozone-reread",
+            Step::IozoneRandRead => "iozone-randread",
+            Step::IozoneRandWrite => "iozone-randwrite",
+            Step::IozoneLarge => "iozone-large",
         }
     }
 
@@ -115,7 +191,10 @@ impl Step {
 
     /// Steps that free space: capacity is measured after them.
     pub fn deletes(self) -> bool {
-        matches!(self, Step::DeleteTree | Step::DeleteBig)
+        matches!(
+            self,
+            Step::DeleteTree | Step::DeleteBig | Step::BonnieSeqDelete | Step::BonnieRandDelete
+        )
     }
 }
 
@@ -140,6 +219,17 @@ impl Ctx {
             "tree-{}-{}-{}-{}",
             s.dirs, s.files, s.size_factor, s.seed
         ))
+    }
+
+    pub fn bonnie_spec(&self) -> bonnie::BonnieSpec {
+        bonnie::BonnieSpec {
+            file_size: self.bonnie_size,
+            files: self.bonnie_files,
+            max_size: self.bonnie_max,
+            min_size: self.bonnie_min,
+            dirs: self.bonnie_dirs,
+            seed: self.seed,
+        }
     }
 
     /// Where this process works: the mount point, or its job directory.
@@ -220,6 +310,47 @@ pub fn run(step: Step, ctx: &Ctx) -> Result<()> {
             },
         ),
         Step::Cpu => cpu::run(&dir, ctx.cpu_scale, ctx.seed),
+        Step::SeqWrite => bigfile::ensure_source(&dir.join("seq.bin"), ctx.big_size, ctx.seed),
+        Step::SeqRead => bigfile::read(&dir.join("seq.bin")).map(drop),
+        Step::BonniePutc => bonnie::putc(&dir, &ctx.bonnie_spec()),
+        Step::BonnieWrite => bonnie::write_blocks(&dir, &ctx.bonnie_spec()),
+        Step::BonnieRewrite => bonnie::rewrite(&dir),
+        Step::BonnieGetc => bonnie::getc(&dir).map(drop),
+        Step::BonnieRead => bonnie::read_blocks(&dir).map(drop),
+        Step::BonnieSeeks => bonnie::seeks(&dir, &ctx.bonnie_spec()),
+        Step::BonnieSeqCreate => bonnie::create(&dir, &ctx.bonnie_spec(), false),
+        Step::BonnieSeqStat => bonnie::stat(&dir, &ctx.bonnie_spec(), false).map(drop),
+        Step::BonnieSeqDelete => bonnie::delete(&dir, &ctx.bonnie_spec(), false),
+        Step::BonnieRandCreate => bonnie::create(&dir, &ctx.bonnie_spec(), true),
+        Step::BonnieRandStat => bonnie::stat(&dir, &ctx.bonnie_spec(), true).map(drop),
+        Step::BonnieRandDelete => bonnie::delete(&dir, &ctx.bonnie_spec(), true),
+        Step::IozoneWrite => {
+            iozone::run(&dir, iozone::Test::Write, ctx.iozone_max_file, ctx.seed).map(drop)
+        }
+        Step::IozoneRewrite => {
+            iozone::run(&dir, iozone::Test::Rewrite, ctx.iozone_max_file, ctx.seed).map(drop)
+        }
+        Step::IozoneRead => {
+            iozone::run(&dir, iozone::Test::Read, ctx.iozone_max_file, ctx.seed).map(drop)
+        }
+        Step::IozoneReread => {
+            iozone::run(&dir, iozone::Test::Reread, ctx.iozone_max_file, ctx.seed).map(drop)
+        }
+        Step::IozoneRandRead => iozone::run(
+            &dir,
+            iozone::Test::RandomRead,
+            ctx.iozone_max_file,
+            ctx.seed,
+        )
+        .map(drop),
+        Step::IozoneRandWrite => iozone::run(
+            &dir,
+            iozone::Test::RandomWrite,
+            ctx.iozone_max_file,
+            ctx.seed,
+        )
+        .map(drop),
+        Step::IozoneLarge => iozone::large(&dir, ctx.iozone_large, ctx.seed).map(drop),
     }
 }
 
