@@ -324,32 +324,22 @@ pub fn run(step: Step, ctx: &Ctx) -> Result<()> {
         Step::BonnieRandCreate => bonnie::create(&dir, &ctx.bonnie_spec(), true),
         Step::BonnieRandStat => bonnie::stat(&dir, &ctx.bonnie_spec(), true).map(drop),
         Step::BonnieRandDelete => bonnie::delete(&dir, &ctx.bonnie_spec(), true),
-        Step::IozoneWrite => {
-            iozone::run(&dir, iozone::Test::Write, ctx.iozone_max_file, ctx.seed).map(drop)
+        Step::IozoneWrite
+        | Step::IozoneRewrite
+        | Step::IozoneRead
+        | Step::IozoneReread
+        | Step::IozoneRandRead
+        | Step::IozoneRandWrite => {
+            let test = match step {
+                Step::IozoneWrite => iozone::Test::Write,
+                Step::IozoneRewrite => iozone::Test::Rewrite,
+                Step::IozoneRead => iozone::Test::Read,
+                Step::IozoneReread => iozone::Test::Reread,
+                Step::IozoneRandRead => iozone::Test::RandomRead,
+                _ => iozone::Test::RandomWrite,
+            };
+            iozone::run(&dir, test, ctx.iozone_max_file, ctx.seed).map(drop)
         }
-        Step::IozoneRewrite => {
-            iozone::run(&dir, iozone::Test::Rewrite, ctx.iozone_max_file, ctx.seed).map(drop)
-        }
-        Step::IozoneRead => {
-            iozone::run(&dir, iozone::Test::Read, ctx.iozone_max_file, ctx.seed).map(drop)
-        }
-        Step::IozoneReread => {
-            iozone::run(&dir, iozone::Test::Reread, ctx.iozone_max_file, ctx.seed).map(drop)
-        }
-        Step::IozoneRandRead => iozone::run(
-            &dir,
-            iozone::Test::RandomRead,
-            ctx.iozone_max_file,
-            ctx.seed,
-        )
-        .map(drop),
-        Step::IozoneRandWrite => iozone::run(
-            &dir,
-            iozone::Test::RandomWrite,
-            ctx.iozone_max_file,
-            ctx.seed,
-        )
-        .map(drop),
         Step::IozoneLarge => iozone::large(&dir, ctx.iozone_large, ctx.seed).map(drop),
     }
 }
