@@ -117,3 +117,57 @@ fn sigterm_mid_run_leaves_nothing_behind() {
     );
     assert!(!std::path::Path::new(mnt).exists(), "{mnt} left behind");
 }
+
+#[test]
+fn cleanup_removes_what_a_killed_run_left() {
+    if !root_or_skip("cleanup_removes_what_a_killed_run_left") {
+        return;
+    }
+    // SIGKILL gives fsprof no chance to clean up: the mount, loop device and image stay.
+    let mut child = Command::new(fsprof_bin())
+        .args([
+            "trace", "--fs", "ext4", "--size", "256M", "--", "sleep", "30",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 512];
+    while !seen.contains("attached raw tracepoints") {
+        let n = std::io::Read::read(&mut err, &mut buf).unwrap();
+        assert!(n > 0, "fsprof ended early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let tag = format!("fsprof-{}-ext4", child.id());
+    assert!(
+        std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .contains(&tag)
+    );
+    // The orphaned `sleep` still has its cwd there; a killed run's leftovers include it.
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", "^sleep 30$"])
+        .status();
+
+    let out = Command::new(fsprof_bin()).arg("cleanup").output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("unmounted") && said.contains("removed image"),
+        "{said}"
+    );
+    assert!(
+        !std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .contains(&tag)
+    );
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(!String::from_utf8_lossy(&loops.stdout).contains(&tag));
+    assert!(!std::path::Path::new(&format!("/var/tmp/fsprof/{tag}.img")).exists());
+    // A second cleanup finds nothing of this run.
+    let again = Command::new(fsprof_bin()).arg("cleanup").output().unwrap();
+    assert!(!String::from_utf8_lossy(&again.stdout).contains(&tag));
+}

@@ -22,8 +22,14 @@ const TOOLS: &[&str] = &[
     "xfsprogs",    // xfs
     "btrfs-progs", // btrfs
     "ntfs-3g",     // ntfs over FUSE
-    "postgresql",  // the pgbench step's server
-    "bonnie++",    // an external workload the studies used
+    // mkfs tools for filesystems this kernel may lack: `fsprof list` then names the kernel,
+    // not a missing package, as the reason.
+    "jfsutils",
+    "reiserfsprogs",
+    "f2fs-tools",
+    "nilfs-tools",
+    "postgresql", // the pgbench step's server
+    "bonnie++",   // an external workload the studies used
 ];
 const TOOLCHAIN: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf"];
 
