@@ -227,13 +227,28 @@ impl Suite {
 
     /// Image size that holds the suite's peak usage with room to spare.
     pub fn image_size(&self, ctx: &Ctx) -> u64 {
-        let tree = ctx.tree_files as u64 * (16 << 10) as u64;
-        let tree = (tree as f64 * ctx.tree_size_factor) as u64;
-        let bonnie = ctx.bonnie_size + ctx.bonnie_files as u64 * ctx.bonnie_max;
-        let iozone = 2 * ctx.iozone_max_file + ctx.iozone_large;
-        let peak =
-            (2 * tree + 3 * ctx.big_size + ctx.db_pages * 8192 + bonnie + iozone + (8 << 20))
-                * ctx.jobs.max(1) as u64;
+        let uses = |f: fn(&Step) -> bool| self.steps.iter().any(f);
+        let mut peak = 8 << 20;
+        if uses(|s| matches!(s, ExtractTree | TreeIn)) {
+            let tree = ctx.tree_files as u64 * (16 << 10) as u64;
+            peak += 2 * (tree as f64 * ctx.tree_size_factor) as u64;
+        }
+        if uses(|s| matches!(s, BigIn | SeqWrite)) {
+            peak += 3 * ctx.big_size;
+        }
+        if uses(|s| matches!(s, Db)) {
+            peak += ctx.db_pages * 8192;
+        }
+        if uses(|s| s.name().starts_with("bonnie")) {
+            peak += ctx.bonnie_size + ctx.bonnie_files as u64 * ctx.bonnie_max;
+        }
+        if uses(|s| s.name().starts_with("iozone")) {
+            peak += 2 * ctx.iozone_max_file + ctx.iozone_large;
+        }
+        if self.pgbench.is_some() {
+            peak += GIB;
+        }
+        let peak = peak * ctx.jobs.max(1) as u64;
         (peak + peak / 2 + GIB).next_multiple_of(GIB)
     }
 

@@ -31,6 +31,7 @@ fn row(fs: &str, pass: String, cells: [u64; 7], cpu: f64) -> Vec<String> {
         fs.to_string(),
         pass,
         clock(wall),
+        String::new(),
         format!("{cpu:.0}%"),
         seconds(user),
         seconds(sys),
@@ -87,6 +88,7 @@ pub fn render(r: &RunResult) -> String {
         "fs",
         "pass",
         "time",
+        "min–max",
         "CPU",
         "user",
         "sys",
@@ -122,9 +124,8 @@ pub fn render(r: &RunResult) -> String {
                 ) as f64
                     / 10.0;
                 let mut m = row(&f.fs, "median".into(), std::array::from_fn(col), cpu);
-                m[2] = format!(
-                    "{} ({}–{})",
-                    m[2],
+                m[3] = format!(
+                    "{}–{}",
                     clock(*walls.iter().min().unwrap_or(&0)),
                     clock(*walls.iter().max().unwrap_or(&0))
                 );

@@ -142,8 +142,16 @@ impl TreePlan {
     }
 }
 
-/// Calls `visit(path, is_dir, len)` for everything below `root`, depth first.
-pub fn walk(root: &Path, visit: &mut dyn FnMut(&Path, bool, u64) -> Result<()>) -> Result<()> {
+/// What a directory entry is; symlinks are never followed (a kernel tree has them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+}
+
+/// Calls `visit(path, kind, len)` for everything below `root`, depth first.
+pub fn walk(root: &Path, visit: &mut dyn FnMut(&Path, Kind, u64) -> Result<()>) -> Result<()> {
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let mut entries: Vec<_> = fs::read_dir(&dir)
@@ -154,10 +162,12 @@ pub fn walk(root: &Path, visit: &mut dyn FnMut(&Path, bool, u64) -> Result<()>) 
             let ft = e.file_type()?;
             let path = e.path();
             if ft.is_dir() {
-                visit(&path, true, 0)?;
+                visit(&path, Kind::Dir, 0)?;
                 stack.push(path);
+            } else if ft.is_symlink() {
+                visit(&path, Kind::Symlink, 0)?;
             } else {
-                visit(&path, false, e.metadata()?.len())?;
+                visit(&path, Kind::File, e.metadata()?.len())?;
             }
         }
     }
@@ -167,12 +177,15 @@ pub fn walk(root: &Path, visit: &mut dyn FnMut(&Path, bool, u64) -> Result<()>) 
 /// Totals of what is on disk below `root`.
 pub fn measure(root: &Path) -> Result<TreeTotals> {
     let mut t = TreeTotals::default();
-    walk(root, &mut |_, is_dir, len| {
-        if is_dir {
-            t.dirs += 1;
-        } else {
-            t.files += 1;
-            t.bytes += len;
+    walk(root, &mut |_, kind, len| {
+        match kind {
+            Kind::Dir => t.dirs += 1,
+            Kind::File => {
+                t.files += 1;
+                t.bytes += len;
+            }
+            // Counted with files, as tar counts entries.
+            Kind::Symlink => t.files += 1,
         }
         Ok(())
     })?;
@@ -184,11 +197,14 @@ pub fn copy(src: &Path, dst: &Path) -> Result<TreeTotals> {
     fs::create_dir(dst).with_context(|| format!("mkdir {}", dst.display()))?;
     let mut t = TreeTotals::default();
     let mut buf = vec![0u8; 1 << 20];
-    walk(src, &mut |path, is_dir, _| {
+    walk(src, &mut |path, kind, _| {
         let target = dst.join(path.strip_prefix(src)?);
-        if is_dir {
+        if kind == Kind::Dir {
             fs::create_dir(&target)?;
             t.dirs += 1;
+        } else if kind == Kind::Symlink {
+            std::os::unix::fs::symlink(fs::read_link(path)?, &target)?;
+            t.files += 1;
         } else {
             let mut from = fs::File::open(path)?;
             let mut to = fs::File::create(&target)?;
@@ -211,8 +227,8 @@ pub fn copy(src: &Path, dst: &Path) -> Result<TreeTotals> {
 pub fn read_all(root: &Path) -> Result<u64> {
     let mut total = 0;
     let mut buf = vec![0u8; 1 << 20];
-    walk(root, &mut |path, is_dir, _| {
-        if !is_dir {
+    walk(root, &mut |path, kind, _| {
+        if kind == Kind::File {
             let mut f = fs::File::open(path)?;
             loop {
                 let n = f.read(&mut buf)?;
@@ -231,15 +247,15 @@ pub fn read_all(root: &Path) -> Result<u64> {
 pub fn list_into(root: &Path, out: &Path) -> Result<u64> {
     let mut w = std::io::BufWriter::new(fs::File::create(out)?);
     let mut lines = 0;
-    walk(root, &mut |path, is_dir, len| {
+    walk(root, &mut |path, kind, len| {
         let meta = fs::symlink_metadata(path)?;
         let mtime = std::os::unix::fs::MetadataExt::mtime(&meta);
-        writeln!(
-            w,
-            "{} {len:>10} {mtime} {}",
-            if is_dir { 'd' } else { '-' },
-            path.display()
-        )?;
+        let c = match kind {
+            Kind::Dir => 'd',
+            Kind::File => '-',
+            Kind::Symlink => 'l',
+        };
+        writeln!(w, "{c} {len:>10} {mtime} {}", path.display())?;
         lines += 1;
         Ok(())
     })?;
@@ -303,6 +319,21 @@ mod tests {
         let gb = t.bytes as f64 / 1e9;
         assert!((1.1..1.5).contains(&gb), "{gb} GB");
         assert_ne!(a.totals(), TreeSpec::kernel_like(1.0, 8).plan().totals());
+    }
+
+    #[test]
+    fn symlinks_are_copied_not_followed() {
+        let base = std::env::temp_dir().join(format!("fsprof-symlink-{}", std::process::id()));
+        let src = base.join("src");
+        fs::create_dir_all(src.join("dir")).unwrap();
+        fs::write(src.join("dir/f"), b"abc").unwrap();
+        // A link to a directory, like arch/*/boot/dts links in a kernel tree.
+        std::os::unix::fs::symlink("dir", src.join("link")).unwrap();
+        let copied = copy(&src, &base.join("dst")).unwrap();
+        assert_eq!(measure(&base.join("dst")).unwrap(), copied);
+        assert_eq!(fs::read_link(base.join("dst/link")).unwrap(), Path::new("dir"));
+        assert_eq!(read_all(&src).unwrap(), 3);
+        fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
