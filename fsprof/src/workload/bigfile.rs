@@ -24,6 +24,8 @@ pub fn ensure_source(path: &Path, size: u64, seed: u64) -> Result<()> {
     let mut buf = vec![0u8; CHUNK];
     let mut left = size;
     while left > 0 {
+        // Making a 9 GB source takes a while: stop promptly on Ctrl-C.
+        crate::signals::check()?;
         let n = left.min(CHUNK as u64) as usize;
         rng.fill(&mut buf[..n]);
         f.write_all(&buf[..n])?;

@@ -131,6 +131,7 @@ impl TreePlan {
         let mut rng = Rng::new(seed ^ 0x5eed);
         let mut buf = Vec::new();
         for (path, size) in &self.files {
+            crate::signals::check()?;
             buf.resize(*size as usize, 0);
             rng.fill(&mut buf);
             let p = root.join(path);
@@ -331,7 +332,10 @@ mod tests {
         std::os::unix::fs::symlink("dir", src.join("link")).unwrap();
         let copied = copy(&src, &base.join("dst")).unwrap();
         assert_eq!(measure(&base.join("dst")).unwrap(), copied);
-        assert_eq!(fs::read_link(base.join("dst/link")).unwrap(), Path::new("dir"));
+        assert_eq!(
+            fs::read_link(base.join("dst/link")).unwrap(),
+            Path::new("dir")
+        );
         assert_eq!(read_all(&src).unwrap(), 3);
         fs::remove_dir_all(&base).unwrap();
     }
