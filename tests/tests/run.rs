@@ -18,23 +18,14 @@ fn tmp_json(tag: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("fsprof-{tag}-{}.json", std::process::id()))
 }
 
-#[test]
-fn quick_suite_fills_every_cell() {
-    if !root_or_skip("quick_suite_fills_every_cell") {
-        return;
-    }
-    let json = tmp_json("quick");
+/// `fsprof run ARGS --json TMP` that must succeed; returns its stdout and the results,
+/// with the result files removed.
+fn run_ok(tag: &str, args: &[&str]) -> (String, RunResult) {
+    let json = tmp_json(tag);
     let out = Command::new(fsprof_bin())
-        .args([
-            "run",
-            "--fs",
-            "ext4,xfs,btrfs",
-            "--passes",
-            "2",
-            "--scale",
-            "0.02",
-            "--json",
-        ])
+        .arg("run")
+        .args(args)
+        .arg("--json")
         .arg(&json)
         .output()
         .unwrap();
@@ -46,6 +37,18 @@ fn quick_suite_fills_every_cell() {
     let r = RunResult::load(&json).unwrap();
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(json.with_extension("csv"));
+    (String::from_utf8_lossy(&out.stdout).into_owned(), r)
+}
+
+#[test]
+fn quick_suite_fills_every_cell() {
+    if !root_or_skip("quick_suite_fills_every_cell") {
+        return;
+    }
+    let (stdout, r) = run_ok(
+        "quick",
+        &["--fs", "ext4,xfs,btrfs", "--passes", "2", "--scale", "0.02"],
+    );
     assert!(r.complete);
     let quick = Suite::find("quick").unwrap();
     assert_eq!(r.filesystems.len(), 3);
@@ -91,7 +94,6 @@ fn quick_suite_fills_every_cell() {
         }
     }
     // The terminal table has a row per filesystem and pass for each step.
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("extract-tree") && stdout.contains("median"),
         "{stdout}"
@@ -414,10 +416,9 @@ fn external_and_pgbench_steps_are_traced() {
     if !root_or_skip("external_and_pgbench_steps_are_traced") {
         return;
     }
-    let json = tmp_json("external");
-    let out = Command::new(fsprof_bin())
-        .args([
-            "run",
+    let (_, r) = run_ok(
+        "external",
+        &[
             "--suite",
             "none",
             "--fs",
@@ -426,23 +427,10 @@ fn external_and_pgbench_steps_are_traced() {
             "1",
             "--pgbench",
             "1,2,3",
-        ])
-        .args([
             "--step",
             "fill=dd if=/dev/zero of={mnt}/zeros bs=1M count=32 status=none",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let r = RunResult::load(&json).unwrap();
-    let _ = std::fs::remove_file(&json);
-    let _ = std::fs::remove_file(json.with_extension("csv"));
     let steps = &r.filesystems[0].passes[0].steps;
     let names: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
     assert_eq!(names, ["fill", "pgbench"]);
