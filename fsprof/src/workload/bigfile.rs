@@ -40,16 +40,7 @@ pub fn ensure_source(path: &Path, size: u64, seed: u64) -> Result<()> {
 pub fn copy(src: &Path, dst: &Path) -> Result<u64> {
     let mut from = fs::File::open(src).with_context(|| format!("opening {}", src.display()))?;
     let mut to = fs::File::create(dst).with_context(|| format!("creating {}", dst.display()))?;
-    let mut buf = vec![0u8; CHUNK];
-    let mut total = 0;
-    loop {
-        let n = from.read(&mut buf)?;
-        if n == 0 {
-            return Ok(total);
-        }
-        to.write_all(&buf[..n])?;
-        total += n as u64;
-    }
+    super::io::pump(&mut from, &mut to, &mut vec![0u8; CHUNK])
 }
 
 /// Reads `src` and writes `dst` with each pair of 1 MiB chunks swapped, the way a remuxer
@@ -79,15 +70,7 @@ pub fn remux(src: &Path, dst: &Path) -> Result<u64> {
 /// Reads `path` to the end in 1 MiB reads; returns bytes read.
 pub fn read(path: &Path) -> Result<u64> {
     let mut f = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut buf = vec![0u8; CHUNK];
-    let mut total = 0;
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            return Ok(total);
-        }
-        total += n as u64;
-    }
+    super::io::drain(&mut f, &mut vec![0u8; CHUNK])
 }
 
 fn read_full(f: &mut fs::File, buf: &mut [u8]) -> Result<usize> {

@@ -91,16 +91,7 @@ pub fn getc(dir: &Path) -> Result<u64> {
 
 /// Sequential input, per block; returns bytes read.
 pub fn read_blocks(dir: &Path) -> Result<u64> {
-    let mut f = fs::File::open(data_file(dir))?;
-    let mut buf = vec![0u8; CHUNK];
-    let mut n = 0;
-    loop {
-        let r = f.read(&mut buf)?;
-        if r == 0 {
-            return Ok(n);
-        }
-        n += r as u64;
-    }
+    super::io::drain(&mut fs::File::open(data_file(dir))?, &mut [0u8; CHUNK])
 }
 
 /// Random seeks: three workers read random blocks, rewriting one in ten.

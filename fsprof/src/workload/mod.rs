@@ -7,6 +7,7 @@ pub mod bonnie;
 pub mod cpu;
 pub mod db;
 pub mod extract;
+pub mod io;
 pub mod iozone;
 pub mod pgbench;
 pub mod rng;

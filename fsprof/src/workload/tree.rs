@@ -3,13 +3,16 @@
 
 use std::{
     fs,
-    io::{Read, Write},
+    io::Write,
     path::{Path, PathBuf},
 };
 
 use anyhow::{Context, Result};
 
-use super::rng::Rng;
+use super::{
+    io::{drain, pump},
+    rng::Rng,
+};
 
 /// What a tree holds; tests compare a walk of the filesystem with the plan's totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -209,14 +212,7 @@ pub fn copy(src: &Path, dst: &Path) -> Result<TreeTotals> {
         } else {
             let mut from = fs::File::open(path)?;
             let mut to = fs::File::create(&target)?;
-            loop {
-                let n = from.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                to.write_all(&buf[..n])?;
-                t.bytes += n as u64;
-            }
+            t.bytes += pump(&mut from, &mut to, &mut buf)?;
             t.files += 1;
         }
         Ok(())
@@ -230,14 +226,7 @@ pub fn read_all(root: &Path) -> Result<u64> {
     let mut buf = vec![0u8; 1 << 20];
     walk(root, &mut |path, kind, _| {
         if kind == Kind::File {
-            let mut f = fs::File::open(path)?;
-            loop {
-                let n = f.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                total += n as u64;
-            }
+            total += drain(&mut fs::File::open(path)?, &mut buf)?;
         }
         Ok(())
     })?;
