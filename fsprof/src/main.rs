@@ -32,6 +32,13 @@ enum Cmd {
     Run(RunArgs),
     /// Which filesystems this machine can test, or why not.
     List,
+    /// Show a saved `fsprof run` results file again.
+    Report {
+        results: PathBuf,
+        /// table (the terminal report), csv, or json (normalised).
+        #[arg(long, default_value = "table")]
+        format: String,
+    },
     /// Remove mounts, loop devices and images a killed fsprof left behind.
     Cleanup,
     /// Run one built-in workload step in this process (what `run` traces).
@@ -362,6 +369,16 @@ fn real_main() -> Result<ExitCode> {
         Cmd::Trace(a) => trace_cmd(a),
         Cmd::Run(a) => run_cmd(a),
         Cmd::List => list(),
+        Cmd::Report { results, format } => {
+            let r = RunResult::load(&results)?;
+            match format.as_str() {
+                "table" => print!("{}", report::run_table::render(&r)),
+                "csv" => print!("{}", r.to_csv()),
+                "json" => println!("{}", serde_json::to_string_pretty(&r)?),
+                f => bail!("unknown --format {f:?}; use table, csv or json"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Cleanup => {
             for line in lab::cleanup::cleanup(&lab::cleanup::default_image_dirs())? {
                 println!("{line}");

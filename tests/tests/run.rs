@@ -463,3 +463,59 @@ fn external_and_pgbench_steps_are_traced() {
     // And it is stopped: nothing holds the filesystem, which was unmounted.
     assert!(r.filesystems[0].passes[0].umount_ns.is_some());
 }
+
+#[test]
+fn report_rerenders_results_and_rejects_broken_files() {
+    if !root_or_skip("report_rerenders_results_and_rejects_broken_files") {
+        return;
+    }
+    let json = tmp_json("report");
+    let out = Command::new(fsprof_bin())
+        .args(["run", "--suite", "none", "--fs", "ext4", "--passes", "1"])
+        .args(["--step", "touch=touch {mnt}/a", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = |args: &[&str], file: &Path| {
+        Command::new(fsprof_bin())
+            .arg("report")
+            .arg(file)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let table = report(&[], &json);
+    assert!(table.status.success());
+    // The same table `run` printed, from the file alone.
+    assert_eq!(table.stdout, out.stdout);
+    let csv = String::from_utf8(report(&["--format", "csv"], &json).stdout).unwrap();
+    assert!(
+        csv.starts_with("fs,pass,step,")
+            && csv.lines().nth(1).unwrap().starts_with("ext4,1,touch,")
+    );
+
+    // Truncated, then not JSON, then another schema: one line each, exit 2.
+    let text = std::fs::read_to_string(&json).unwrap();
+    let broken = json.with_extension("broken.json");
+    for (content, needle) in [
+        (&text[..text.len() / 2], "is not valid JSON"),
+        ("hello", "is not valid JSON"),
+        ("{\"schema_version\": 99}", "results schema 99"),
+        ("{\"a\": 1}", "not an fsprof results file"),
+    ] {
+        std::fs::write(&broken, content).unwrap();
+        let out = report(&[], &broken);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{err}");
+    }
+    for f in [&json, &broken, &json.with_extension("csv")] {
+        let _ = std::fs::remove_file(f);
+    }
+}
