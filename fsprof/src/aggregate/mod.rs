@@ -132,6 +132,23 @@ fn dev_name(major: u32, minor: u32) -> String {
         .unwrap_or_default()
 }
 
+/// Sum of `recursion_misses` over this process's BPF programs (all of them are fsprof's), from
+/// /proc/self/fdinfo.
+fn recursion_misses() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fdinfo") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter(|info| info.contains("prog_type:"))
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("recursion_misses:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
 type HistId = (u32, u32, u32);
 
 fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
@@ -264,6 +281,12 @@ pub fn collect(probes: &Probes) -> Result<Profile> {
         if n > 0 {
             profile.lost.insert(kind.name().to_string(), n);
         }
+    }
+    // The kernel skips a program that would nest in itself on one CPU (e.g. a completion in
+    // an interrupt while the same program runs in task context) and counts the skip.
+    let misses = recursion_misses();
+    if misses > 0 {
+        profile.lost.insert("recursion_misses".to_string(), misses);
     }
     let events: PerCpuArray<_, u64> =
         PerCpuArray::try_from(ebpf.map("EVENTS").context("EVENTS map")?)?;
