@@ -287,7 +287,7 @@ fn trace_on_lab(
         .map(|a| a.replace("{mnt}", &mnt))
         .collect();
     opts.cwd = Some(labfs.mountpoint().to_path_buf());
-    opts.kill_leftovers = true;
+    opts.kill_leftovers_in = Some(labfs.mountpoint().to_path_buf());
     opts.probes.devices.push(labfs.kernel_dev()?);
     if let Some(script) = prepare {
         let script = script.replace("{mnt}", &mnt);

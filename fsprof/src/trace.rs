@@ -33,9 +33,9 @@ pub struct TraceOptions {
     pub probes: ProbeOptions,
     /// Print the hook-set line to stderr.
     pub verbose: bool,
-    /// After the command exits, kill descendants it left running (on a lab filesystem
-    /// they would keep it busy and block the unmount).
-    pub kill_leftovers: bool,
+    /// After the command exits, kill the descendants it left running that use this
+    /// filesystem (on a lab filesystem they would keep it busy and block the unmount).
+    pub kill_leftovers_in: Option<PathBuf>,
     /// After the command exits, syncfs this filesystem with the probes still attached, so
     /// the block I/O of writing back what the command left dirty lands in this trace.
     pub sync_after: Option<PathBuf>,
@@ -84,14 +84,35 @@ pub fn syncfs(path: &std::path::Path) -> Result<Duration> {
     Ok(start.elapsed())
 }
 
-fn kill_leftovers(probes: &Probes) -> Result<()> {
-    let left = probes.followed()?;
+/// Whether task `tid` has its cwd, root, executable or an open file under `dir`. Only such
+/// tasks are killed: a followed thread id could in principle have been reused by now.
+fn uses(tid: u32, dir: &std::path::Path) -> bool {
+    let base = std::path::PathBuf::from(format!("/proc/{tid}"));
+    let links = ["cwd", "root", "exe"].into_iter().map(|l| base.join(l));
+    let fds = std::fs::read_dir(base.join("fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path());
+    links
+        .chain(fds)
+        .filter_map(|l| std::fs::read_link(l).ok())
+        .any(|target| target.starts_with(dir))
+}
+
+fn kill_leftovers(probes: &Probes, dir: &std::path::Path) -> Result<()> {
+    let left: Vec<u32> = probes
+        .followed()?
+        .into_iter()
+        .filter(|&t| uses(t, dir))
+        .collect();
     if left.is_empty() {
         return Ok(());
     }
     eprintln!(
-        "fsprof: killing {} task(s) the command left running",
-        left.len()
+        "fsprof: killing {} task(s) the command left running in {}",
+        left.len(),
+        dir.display()
     );
     for &tid in &left {
         unsafe { libc::kill(tid as i32, libc::SIGKILL) };
@@ -163,8 +184,10 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
         result.syncfs_ns = Some(ns(syncfs(fs)?));
     }
     result.profile = aggregate::collect(&probes)?;
-    if opts.kill_leftovers && opts.pid.is_none() {
-        kill_leftovers(&probes)?;
+    if let Some(dir) = &opts.kill_leftovers_in
+        && opts.pid.is_none()
+    {
+        kill_leftovers(&probes, dir)?;
     }
     Ok(result)
 }

@@ -282,7 +282,7 @@ fn run_matrix(
                         devices: vec![labfs.kernel_dev()?],
                     },
                     // The server is meant to outlive the client; it is stopped below.
-                    kill_leftovers: server.is_none(),
+                    kill_leftovers_in: server.is_none().then(|| ctx.dir.clone()),
                     sync_after: Some(ctx.dir.clone()),
                     ..Default::default()
                 })?;
