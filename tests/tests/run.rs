@@ -18,15 +18,13 @@ fn tmp_json(tag: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("fsprof-{tag}-{}.json", std::process::id()))
 }
 
-/// `fsprof run ARGS --json TMP` that must succeed; returns its stdout and the results,
-/// with the result files removed.
-fn run_ok(tag: &str, args: &[&str]) -> (String, RunResult) {
-    let json = tmp_json(tag);
+/// `fsprof run ARGS --json JSON` that must succeed; returns its stdout.
+fn run_to(json: &Path, args: &[&str]) -> String {
     let out = Command::new(fsprof_bin())
         .arg("run")
         .args(args)
         .arg("--json")
-        .arg(&json)
+        .arg(json)
         .output()
         .unwrap();
     assert!(
@@ -34,10 +32,17 @@ fn run_ok(tag: &str, args: &[&str]) -> (String, RunResult) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `run_to` a temporary file; returns stdout and the results, with the files removed.
+fn run_ok(tag: &str, args: &[&str]) -> (String, RunResult) {
+    let json = tmp_json(tag);
+    let stdout = run_to(&json, args);
     let r = RunResult::load(&json).unwrap();
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(json.with_extension("csv"));
-    (String::from_utf8_lossy(&out.stdout).into_owned(), r)
+    (stdout, r)
 }
 
 #[test]
@@ -470,16 +475,18 @@ fn report_rerenders_results_and_rejects_broken_files() {
         return;
     }
     let json = tmp_json("report");
-    let out = Command::new(fsprof_bin())
-        .args(["run", "--suite", "none", "--fs", "ext4", "--passes", "1"])
-        .args(["--step", "touch=touch {mnt}/a", "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_to(
+        &json,
+        &[
+            "--suite",
+            "none",
+            "--fs",
+            "ext4",
+            "--passes",
+            "1",
+            "--step",
+            "touch=touch {mnt}/a",
+        ],
     );
     let report = |args: &[&str], file: &Path| {
         Command::new(fsprof_bin())
@@ -492,7 +499,7 @@ fn report_rerenders_results_and_rejects_broken_files() {
     let table = report(&[], &json);
     assert!(table.status.success());
     // The same table `run` printed, from the file alone.
-    assert_eq!(table.stdout, out.stdout);
+    assert_eq!(String::from_utf8_lossy(&table.stdout), stdout);
     let csv = String::from_utf8(report(&["--format", "csv"], &json).stdout).unwrap();
     assert!(
         csv.starts_with("fs,pass,step,")
