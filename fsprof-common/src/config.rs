@@ -21,6 +21,18 @@ pub struct ProbeConfig {
     pub request_cmd_flags: u32,
     /// Non-zero: only devices in the DEVICE_FILTER map count.
     pub filter_devices: u32,
+    /// offsetof(struct task_struct, flags)
+    pub task_flags: u32,
+    /// Non-zero: capture off-CPU stacks at switch-out and keep on-CPU sample stacks.
+    pub stacks: u32,
+    /// Non-zero: on-CPU samples of kernel threads are kept (background work).
+    pub background: u32,
+    /// Weight of one on-CPU sample: the cpu-clock sample period, ns.
+    pub sample_period_ns: u64,
+    /// The filesystem under test: its superblock's dev_t (kernel encoding), which fs
+    /// tracepoint events must lead to.
+    pub fs_dev: u32,
+    pub _pad: u32,
 }
 
 // Task state bits (include/linux/sched.h); #defines, so not in BTF, and stable for decades.

@@ -130,6 +130,8 @@ pub enum HistKind {
     BlockDeviceLatency = 4,
     /// Length of one off-CPU episode in ns; `class` = TimeClass.
     OffCpuEpisode = 5,
+    /// Latency of a filesystem begin/end tracepoint pair in ns; `id` = pair.
+    FsPairLatency = 6,
 }
 
 impl HistKind {
@@ -140,6 +142,7 @@ impl HistKind {
             3 => HistKind::BlockQueueLatency,
             4 => HistKind::BlockDeviceLatency,
             5 => HistKind::OffCpuEpisode,
+            6 => HistKind::FsPairLatency,
             _ => return None,
         })
     }
@@ -212,7 +215,9 @@ pub struct TaskState {
     /// Zero until the thread execs the target command: syscalls fsprof's own forked child
     /// makes before exec are not the target's and are not counted. Inherited on fork.
     pub armed: u32,
-    pub _pad: u32,
+    /// Stack id (STACK_IDS) captured when the thread went off-CPU; 0: none. The off-CPU
+    /// time of the episode is added to this stack when each phase closes.
+    pub stack: u32,
 }
 
 /// Block request in flight, keyed by `struct request *`.
@@ -273,8 +278,129 @@ pub enum Counter {
     TasksExited = 1,
     /// Syscalls that never returned (exit, exit_group, or still running at exit).
     SyscallsUnfinished = 2,
+    /// Stack captures whose kernel part failed (time goes to an "unavailable" stack).
+    KernelStackFailed = 3,
+    /// Stack captures whose user part failed (the kernel part is kept).
+    UserStackFailed = 4,
+    /// New stacks that found STACK_IDS full (time goes to the "unavailable" stack).
+    StackTableFull = 5,
+    /// New user stacks whose build-id frames could not be stored (symbolized by address).
+    BuildIdTableFull = 6,
+    /// (stack, class) weights that could not be created: that time is missing from stacks.
+    StackWeightsFull = 7,
+    /// On-CPU samples taken of the target and of kernel threads.
+    SamplesTarget = 8,
+    SamplesKernelThreads = 9,
 }
-pub const COUNTERS: u32 = 3;
+pub const COUNTERS: u32 = 10;
+
+/// Frames kept per kernel stack and per user stack. Filesystem paths from a syscall down to
+/// io_schedule are 20-50 frames deep; deeper stacks are cut at the root end.
+pub const KSTACK_DEPTH: usize = 64;
+pub const USTACK_DEPTH: usize = 32;
+/// Distinct stacks per trace. Stacks are deduplicated in a hash keyed by the whole stack,
+/// so unlike a BPF stack-trace map there are no hash-bucket collisions.
+pub const MAX_STACKS: u32 = 32768;
+/// (stack, class) weights per trace.
+pub const MAX_STACK_WEIGHTS: u32 = 65536;
+/// Stack class for on-CPU samples of kernel threads (TimeClass values are 0..6).
+pub const STACK_CLASS_BACKGROUND: u32 = 6;
+/// task_struct.flags bit of kernel threads (include/linux/sched.h).
+pub const PF_KTHREAD: u32 = 0x0020_0000;
+
+/// A whole stack as captured: who, the kernel frames and the user frames (instruction
+/// pointers, leaf first, zero-filled). The key of STACK_IDS.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackKey {
+    pub tgid: u32,
+    /// Non-zero for a kernel thread (no user frames).
+    pub kthread: u32,
+    pub comm: [u8; 16],
+    pub kernel: [u64; KSTACK_DEPTH],
+    pub user: [u64; USTACK_DEPTH],
+}
+
+/// One user frame as the kernel resolves it with BPF_F_USER_BUILD_ID: the ELF build id
+/// and file offset (status 1), or only the address (status 2) when the kernel could not
+/// read the build id. Layout of `struct bpf_stack_build_id`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BuildIdFrame {
+    pub status: i32,
+    pub build_id: [u8; 20],
+    /// File offset (status 1) or address (status 2).
+    pub offset_or_ip: u64,
+}
+pub const BUILD_ID_VALID: i32 = 1;
+pub const BUILD_ID_IP: i32 = 2;
+
+/// The user part of a stack in build-id form, stored once per new stack id: symbols can be
+/// found after the process is gone, without its /proc/PID/maps.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UserBuildIds {
+    pub frames: [BuildIdFrame; USTACK_DEPTH],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WeightKey {
+    pub stack: u32,
+    /// TimeClass, or STACK_CLASS_BACKGROUND.
+    pub class: u32,
+}
+
+/// Time attributed to one (stack, class): off-CPU intervals (exact) or on-CPU samples
+/// (count × sample period).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Weight {
+    pub ns: u64,
+    pub count: u64,
+}
+
+/// Events of the filesystem's own tracepoints, counted by one raw-tracepoint program
+/// attached to each with its index as the BPF cookie.
+pub const MAX_FS_EVENTS: u32 = 4096;
+/// begin/end pairs timed (e.g. jbd2 commit, ext4_sync_file).
+pub const MAX_FS_PAIRS: u32 = 64;
+/// Pointer hops from a tracepoint argument to the superblock's dev_t.
+pub const FS_MAX_DEREF: usize = 5;
+/// `dev_arg`: the event has no argument leading to a device (it counts everywhere);
+/// `key_arg`: pairs are keyed by the current thread.
+pub const FS_NO_ARG: u32 = u32::MAX;
+/// Pairs an event can begin or end at once (jbd2_end_commit ends the commit and its
+/// logging phase).
+pub const FS_PAIR_SLOTS: usize = 2;
+
+/// How to count one fs tracepoint. The device is found from argument `dev_arg` (a kernel
+/// pointer) by following `nderef` pointers at `derefs` and reading a u32 dev_t at `dev_off`
+/// (e.g. inode → i_sb → s_dev); offsets come from BTF.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FsEventCfg {
+    pub dev_arg: u32,
+    pub nderef: u32,
+    pub derefs: [u32; FS_MAX_DEREF],
+    pub dev_off: u32,
+    /// Argument whose value keys pair instances (e.g. the transaction pointer), or
+    /// FS_NO_ARG for the current thread.
+    pub key_arg: u32,
+    /// 1-based pair ids this event begins / ends; 0: unused slot.
+    pub begins: [u32; FS_PAIR_SLOTS],
+    pub ends: [u32; FS_PAIR_SLOTS],
+    pub _pad: u32,
+}
+
+/// A begun, not yet ended pair instance.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PairKey {
+    pub pair: u32,
+    pub _pad: u32,
+    pub key: u64,
+}
 
 #[cfg(feature = "user")]
 mod pod {
@@ -289,4 +415,10 @@ mod pod {
     unsafe impl aya::Pod for TaskState {}
     unsafe impl aya::Pod for RequestTimes {}
     unsafe impl aya::Pod for ProbeConfig {}
+    unsafe impl aya::Pod for StackKey {}
+    unsafe impl aya::Pod for UserBuildIds {}
+    unsafe impl aya::Pod for WeightKey {}
+    unsafe impl aya::Pod for Weight {}
+    unsafe impl aya::Pod for FsEventCfg {}
+    unsafe impl aya::Pod for PairKey {}
 }

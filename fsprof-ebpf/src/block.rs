@@ -13,7 +13,7 @@ use fsprof_common::{
     MAX_INFLIGHT_REQUESTS, RequestTimes,
 };
 
-use crate::common::{config, entry, hist_add, lost, now, read_kernel};
+use crate::common::{config, entry_or_lost, hist_add, lost, now, read_kernel};
 
 #[map]
 static BLOCK: PerCpuHashMap<BlockKey, BlockStats> =
@@ -49,7 +49,7 @@ fn stats(dev: u32, class: BlockClass) -> Option<*mut BlockStats> {
         dev,
         class: class as u32,
     };
-    entry(&BLOCK, &key, Lost::BlockKeysFull)
+    entry_or_lost(&BLOCK, &key, Lost::BlockKeysFull)
 }
 
 #[inline(always)]

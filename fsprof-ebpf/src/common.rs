@@ -24,6 +24,12 @@ static CONFIG: ProbeConfig = ProbeConfig {
     request_data_len: 0,
     request_cmd_flags: 0,
     filter_devices: 0,
+    task_flags: 0,
+    stacks: 0,
+    background: 0,
+    sample_period_ns: 0,
+    fs_dev: 0,
+    _pad: 0,
 };
 
 /// Threads being followed: the target and everything it forks.
@@ -89,15 +95,26 @@ pub fn read_kernel<T>(base: u64, offset: u32) -> Option<T> {
     }
 }
 
-/// Pointer to the value for `key` in a per-CPU hash, creating it zeroed when absent.
+/// Pointer to the value for `key` in a per-CPU hash, creating it zeroed when absent;
+/// None when the map is full.
 #[inline(always)]
-pub fn entry<K, V: Default>(map: &PerCpuHashMap<K, V>, key: &K, full: Lost) -> Option<*mut V> {
+pub fn entry<K, V: Default>(map: &PerCpuHashMap<K, V>, key: &K) -> Option<*mut V> {
     if let Some(p) = map.get_ptr_mut(key) {
         return Some(p);
     }
     // Another CPU may win the race to create it; then the lookup below finds it.
     let _ = map.insert(key, V::default(), BPF_NOEXIST as u64);
-    let p = map.get_ptr_mut(key);
+    map.get_ptr_mut(key)
+}
+
+/// `entry`, counting a full map as `full`.
+#[inline(always)]
+pub fn entry_or_lost<K, V: Default>(
+    map: &PerCpuHashMap<K, V>,
+    key: &K,
+    full: Lost,
+) -> Option<*mut V> {
+    let p = entry(map, key);
     if p.is_none() {
         lost(full);
     }
@@ -113,7 +130,7 @@ pub fn hist_add(kind: HistKind, class: u32, id: u32, value: u64) {
         id,
         bucket: bucket_of(value),
     };
-    if let Some(p) = entry(&HISTS, &key, Lost::HistFull) {
+    if let Some(p) = entry_or_lost(&HISTS, &key, Lost::HistFull) {
         unsafe { *p += 1 };
     }
 }

@@ -7,7 +7,9 @@
 
 mod block;
 mod common;
+mod fs_events;
 mod sched;
+mod stacks;
 mod syscalls;
 
 #[cfg(not(test))]

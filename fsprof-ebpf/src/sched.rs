@@ -2,6 +2,7 @@
 //! follows forks so the target includes every descendant thread and process.
 
 use aya_ebpf::{
+    EbpfContext,
     macros::{map, raw_tracepoint},
     maps::PerCpuArray,
     programs::RawTracePointContext,
@@ -11,8 +12,9 @@ use fsprof_common::{
     config::{TASK_DEAD, TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE},
 };
 
-use crate::common::{
-    TASKS, config, count, current_tid, hist_add, lost, now, read_kernel, task_tid,
+use crate::{
+    common::{TASKS, config, count, current_tid, hist_add, lost, now, read_kernel, task_tid},
+    stacks::{SLOT_SCHED, add_weight, capture},
 };
 
 #[map]
@@ -31,12 +33,17 @@ fn add_time(class: u32, ns: u64) {
     }
 }
 
-/// Closes the current off-CPU phase of `t` at `ts`.
+/// Closes the current off-CPU phase of `t` at `ts`; its time also goes to the stack the
+/// thread switched out with, so off-CPU stack weights add up to the class totals exactly.
 #[inline(always)]
 unsafe fn close_off_phase(t: *mut TaskState, ts: u64) {
     unsafe {
         if (*t).off_since != 0 {
-            add_time((*t).off_class, ts.saturating_sub((*t).off_since));
+            let ns = ts.saturating_sub((*t).off_since);
+            add_time((*t).off_class, ns);
+            if config().stacks != 0 {
+                add_weight((*t).stack, (*t).off_class, ns);
+            }
             (*t).off_since = 0;
         }
     }
@@ -85,9 +92,15 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
             let _ = TASKS.remove(prev_tid);
             count(Counter::TasksExited);
         } else {
+            let stack = if config().stacks != 0 {
+                capture(ctx.as_ptr(), SLOT_SCHED, false)
+            } else {
+                0
+            };
             unsafe {
                 (*t).off_since = ts;
                 (*t).off_class = off_class(preempt, state, prev) as u32;
+                (*t).stack = stack;
             }
         }
     }

@@ -4,7 +4,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use fsprof::{
     lab::{self, FsKind, LabFs, LabOptions},
-    probes::ProbeOptions,
+    probes::{ProbeOptions, StackOptions},
     report,
     run::{self, RunOptions, results::RunResult},
     signals,
@@ -41,6 +41,17 @@ enum Cmd {
     },
     /// Remove mounts, loop devices and images a killed fsprof left behind.
     Cleanup,
+    /// Differential flame graph of two folded stack files (e.g. the same cell of two runs):
+    /// widths from NEW, red where NEW spent more time, blue where less.
+    FlameDiff {
+        base: PathBuf,
+        new: PathBuf,
+        /// The SVG to write.
+        #[arg(short, long, default_value = "diff.svg")]
+        output: PathBuf,
+        #[arg(long)]
+        title: Option<String>,
+    },
     /// Run one built-in workload step in this process (what `run` traces).
     #[command(hide = true)]
     Workload {
@@ -101,6 +112,38 @@ struct RunArgs {
     /// fsprof runs with its data directory on the fs under test.
     #[arg(long, value_parser = parse_pgbench)]
     pgbench: Option<PgbenchSpec>,
+    #[command(flatten)]
+    stacks: StackArgs,
+    /// Do not freeze/thaw the filesystem after each step (then deferred background work,
+    /// e.g. xfs inode inactivation, may land in a later step or nowhere).
+    #[arg(long)]
+    no_quiesce: bool,
+}
+
+#[derive(Args)]
+struct StackArgs {
+    /// No stacks: no on-CPU sampling, off-CPU stacks, background work or flame graphs.
+    #[arg(long)]
+    no_stacks: bool,
+    /// On-CPU samples per second per CPU (cpu-clock).
+    #[arg(long, default_value_t = fsprof::probes::DEFAULT_SAMPLE_HZ)]
+    sample_hz: u32,
+    /// Do not count the filesystem's own tracepoints (xfs:*, ext4:*, jbd2:*, …).
+    #[arg(long)]
+    no_fs_events: bool,
+    /// Directory for folded stacks and flame graphs (default: fsprof-flames for trace,
+    /// RESULTS.flames beside the results file for run).
+    #[arg(long)]
+    flames: Option<PathBuf>,
+}
+
+impl StackArgs {
+    fn options(&self) -> Option<StackOptions> {
+        (!self.no_stacks).then_some(StackOptions {
+            sample_hz: self.sample_hz.max(1),
+            background: true,
+        })
+    }
 }
 
 fn parse_pgbench(s: &str) -> Result<PgbenchSpec, String> {
@@ -158,11 +201,20 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         force: a.force,
         results: a.json.clone(),
         drop_caches: !a.no_drop_caches,
+        stacks: a.stacks.options(),
+        fs_events: !a.stacks.no_fs_events,
+        quiesce: !a.no_quiesce,
+        flames_dir: a
+            .stacks
+            .flames
+            .clone()
+            .unwrap_or_else(|| run::flames::default_dir(&a.json)),
     };
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let opts_flames_dir = opts.flames_dir.clone();
     let outcome = run::run(&opts);
     // Whatever happened, the results file holds every finished step of this run: show them.
     if let Ok(result) = RunResult::load(&a.json)
@@ -176,6 +228,14 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode> {
             a.json.display(),
             csv.display()
         );
+        if !result.flames.cells.is_empty() {
+            eprintln!(
+                "fsprof: flame graphs of {} cells and {} differential graphs in {}",
+                result.flames.cells.values().map(|c| c.len()).sum::<usize>(),
+                result.flames.diffs.len(),
+                opts_flames_dir.display()
+            );
+        }
     }
     outcome.map(|_| ExitCode::SUCCESS)
 }
@@ -223,6 +283,8 @@ struct TraceArgs {
     /// Drop the page cache before starting.
     #[arg(long)]
     drop_caches: bool,
+    #[command(flatten)]
+    stacks: StackArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true)]
     command: Vec<String>,
@@ -289,6 +351,15 @@ fn trace_on_lab(
     opts.cwd = Some(labfs.mountpoint().to_path_buf());
     opts.kill_leftovers_in = Some(labfs.mountpoint().to_path_buf());
     opts.probes.devices.push(labfs.kernel_dev()?);
+    if opts.probes.fs_events.is_some() {
+        opts.probes.fs_events = Some(labfs.fs_target()?);
+    }
+    opts.device_name = Some(labfs.device_name());
+    opts.sync_after = Some(labfs.mountpoint().to_path_buf());
+    opts.quiesce_after = true;
+    if let Some(f) = &mut opts.flames {
+        f.title = format!("{kind} · {}", f.title);
+    }
     if let Some(script) = prepare {
         let script = script.replace("{mnt}", &mnt);
         eprintln!("fsprof: preparing (untraced): {script}");
@@ -310,6 +381,18 @@ fn trace_on_lab(
 fn output(result: &TraceResult, json: Option<&PathBuf>) -> Result<ExitCode> {
     // stderr, like time(1), strace and perf stat: the command may be writing to stdout.
     eprint!("{}", report::table::render(result));
+    if let Some(svg) = result.flames.get("combined.svg") {
+        let dir = std::path::Path::new(svg)
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let kinds: Vec<&str> = result
+            .flames
+            .keys()
+            .filter_map(|k| k.strip_suffix(".svg"))
+            .collect();
+        eprintln!("fsprof: flame graphs ({}) in {dir}/", kinds.join(", "));
+    }
     if let Some(path) = json {
         report::write_json(result, path)?;
         eprintln!("fsprof: wrote {}", path.display());
@@ -326,12 +409,41 @@ fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
     if a.pid.is_none() && a.command.is_empty() {
         bail!("nothing to trace: give a command after `--` or -p PID");
     }
+    let what = match a.pid {
+        Some(p) => format!("PID {p}"),
+        None => a.command.join(" "),
+    };
+    let stem = match a.pid {
+        Some(p) => format!("pid-{p}"),
+        None => std::path::Path::new(&a.command[0])
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "trace".into()),
+    };
+    let cwd = std::env::current_dir()?;
     let mut opts = TraceOptions {
         command: a.command.clone(),
         pid: a.pid,
         duration: a.duration.map(Duration::from_secs_f64),
-        probes: ProbeOptions::default(),
+        probes: ProbeOptions {
+            stacks: a.stacks.options(),
+            // Without --fs: the filesystem the command starts on.
+            fs_events: (!a.stacks.no_fs_events)
+                .then(|| lab::fs_kind_of(&cwd).and_then(|k| lab::fs_target_of(k, &cwd).ok()))
+                .flatten(),
+            ..ProbeOptions::default()
+        },
         verbose: true,
+        flames: (!a.stacks.no_stacks).then(|| trace::FlameOutput {
+            dir: a
+                .stacks
+                .flames
+                .clone()
+                .unwrap_or_else(|| "fsprof-flames".into()),
+            stem,
+            title: what,
+            svg: true,
+        }),
         ..Default::default()
     };
     for d in &a.devices {
@@ -377,6 +489,30 @@ fn real_main() -> Result<ExitCode> {
                 "json" => println!("{}", serde_json::to_string_pretty(&r)?),
                 f => bail!("unknown --format {f:?}; use table, csv or json"),
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::FlameDiff {
+            base,
+            new,
+            output,
+            title,
+        } => {
+            let (b, n) = (
+                report::flame::read_folded(&base)?,
+                report::flame::read_folded(&new)?,
+            );
+            let title = title.unwrap_or_else(|| format!("{} vs {}", new.display(), base.display()));
+            let sub = format!(
+                "widths: {} ({} µs); red: more time than in {} ({} µs), blue: less",
+                new.display(),
+                report::flame::total_us(&n),
+                base.display(),
+                report::flame::total_us(&b)
+            );
+            if !report::flame::render_diff(&b, &n, &title, &sub, &output)? {
+                bail!("both folded files are empty");
+            }
+            eprintln!("fsprof: wrote {}", output.display());
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Cleanup => {

@@ -47,7 +47,7 @@ fn pipe() -> Result<(i32, i32)> {
 /// The file `prog` names, searched in PATH as a shell would. Done here, not by execvp in
 /// the child, so the target makes exactly one execve (as under strace) and a missing
 /// command is a clear error before anything starts.
-fn resolve_program(prog: &str) -> Result<PathBuf> {
+pub fn resolve_program(prog: &str) -> Result<PathBuf> {
     if prog.contains('/') {
         return Ok(PathBuf::from(prog));
     }

@@ -10,8 +10,14 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    aggregate::{self, Profile},
+    aggregate::{
+        self, Profile,
+        stacks::{self, BackgroundSummary, StackSummary, Stacks},
+        symbols,
+    },
+    lab::quiesce,
     probes::{ProbeOptions, Probes},
+    report::flame,
     signals, target,
 };
 
@@ -39,6 +45,24 @@ pub struct TraceOptions {
     /// After the command exits, syncfs this filesystem with the probes still attached, so
     /// the block I/O of writing back what the command left dirty lands in this trace.
     pub sync_after: Option<PathBuf>,
+    /// After the syncfs, freeze and thaw that filesystem (still traced): its deferred
+    /// background work (xfs inode inactivation, btrfs cleanup) then lands here too.
+    pub quiesce_after: bool,
+    /// Kernel name of the device under test (loop0): per-device kernel threads of other
+    /// devices (jbd2/vda-8) are not its background work.
+    pub device_name: Option<String>,
+    /// Where to write folded stacks and flame graphs (needs `probes.stacks`).
+    pub flames: Option<FlameOutput>,
+}
+
+/// Flame graph files of one trace: `{dir}/{stem}.{kind}.folded|svg`, titled `title`.
+#[derive(Clone, Debug)]
+pub struct FlameOutput {
+    pub dir: PathBuf,
+    pub stem: String,
+    pub title: String,
+    /// Also draw SVGs (a run draws them per cell, over all passes, instead).
+    pub svg: bool,
 }
 
 /// One traced interval, as printed and as written with `--json`.
@@ -58,7 +82,20 @@ pub struct TraceResult {
     pub missing_hooks: Vec<String>,
     /// With `sync_after`: how long the syncfs took (returned → durable).
     pub syncfs_ns: Option<u64>,
+    /// With `quiesce_after`: how long freeze + thaw took (durable → background work done);
+    /// null when not done or the filesystem cannot be frozen.
+    #[serde(default)]
+    pub quiesce_ns: Option<u64>,
     pub profile: Profile,
+    /// Stack totals and top stacks; null without stacks.
+    #[serde(default)]
+    pub stacks: Option<StackSummary>,
+    /// Kernel threads' work for the filesystem (sampled); null without stacks.
+    #[serde(default)]
+    pub background: Option<BackgroundSummary>,
+    /// Files written: "on-cpu.svg", "off-cpu.folded", … → path.
+    #[serde(default)]
+    pub flames: std::collections::BTreeMap<String, String>,
 }
 
 impl TraceResult {
@@ -128,6 +165,19 @@ fn ns(d: Duration) -> u64 {
     d.as_nanos() as u64
 }
 
+fn finish_stacks(result: &mut TraceResult, st: &Stacks, out: Option<&FlameOutput>) -> Result<()> {
+    result.stacks = Some(st.summary());
+    result.background = Some(st.background_summary());
+    if let Some(o) = out {
+        let title = format!("{} · kernel {}", o.title, result.kernel);
+        result.flames = flame::write_all(st, &o.dir, &o.stem, &title, o.svg)?
+            .into_iter()
+            .map(|(k, p)| (k, p.display().to_string()))
+            .collect();
+    }
+    Ok(())
+}
+
 pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
     signals::install();
     let mut probes = Probes::load(&opts.probes)?;
@@ -170,6 +220,9 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
                     probes.follow_running(tid, state)?;
                 }
             }
+            if let Ok(p) = target::resolve_program(&opts.command[0]) {
+                symbols::with(|s| s.know_file(&p));
+            }
             let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
             probes.follow(held.pid(), false)?;
             let exit = held.run()?;
@@ -182,8 +235,15 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
     }
     if let Some(fs) = &opts.sync_after {
         result.syncfs_ns = Some(ns(syncfs(fs)?));
+        if opts.quiesce_after {
+            result.quiesce_ns = quiesce::quiesce(fs)?.map(ns);
+        }
     }
-    result.profile = aggregate::collect(&probes)?;
+    let (profile, open) = aggregate::collect(&probes)?;
+    result.profile = profile;
+    if let Some(st) = stacks::collect(&probes, &open, opts.device_name.as_deref())? {
+        finish_stacks(&mut result, &st, opts.flames.as_ref())?;
+    }
     if let Some(dir) = &opts.kill_leftovers_in
         && opts.pid.is_none()
     {

@@ -131,3 +131,56 @@ pub fn fsprof_bin() -> PathBuf {
 pub fn drop_caches() {
     fsprof::lab::drop_caches().expect("dropping caches");
 }
+
+/// Traces `command` in `cwd` with stacks on, flame files in `flames`, and the fs events
+/// of the filesystem at `fs` (when given, with its device as the block filter).
+pub fn trace_with_stacks(
+    command: Vec<String>,
+    cwd: Option<&Path>,
+    fs: Option<&LabFs>,
+    flames: &Path,
+) -> TraceResult {
+    let mut opts = TraceOptions {
+        command,
+        cwd: cwd.map(Path::to_path_buf),
+        flames: Some(trace::FlameOutput {
+            dir: flames.to_path_buf(),
+            stem: "t".into(),
+            title: "test".into(),
+            svg: true,
+        }),
+        ..Default::default()
+    };
+    opts.probes.stacks = Some(fsprof::probes::StackOptions::default());
+    if let Some(fs) = fs {
+        opts.probes.devices = vec![fs.kernel_dev().unwrap()];
+        opts.probes.fs_events = Some(fs.fs_target().unwrap());
+        opts.device_name = Some(fs.device_name());
+        opts.sync_after = Some(fs.mountpoint().to_path_buf());
+        opts.quiesce_after = true;
+    }
+    trace::run(&opts).expect("tracing")
+}
+
+/// A fresh directory for a test's output files, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("fsprof-test-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A folded stack file: stack → weight.
+pub fn read_folded(path: &Path) -> BTreeMap<String, u64> {
+    fsprof::report::flame::read_folded(path).expect("reading folded stacks")
+}

@@ -25,7 +25,11 @@ fn loop_device_bytes_equal_sysfs_stat() {
     let mut attempts = Vec::new();
     let profile = loop {
         let k = attempts.len();
-        let mut probes = Probes::load(&ProbeOptions { devices: vec![dev] }).unwrap();
+        let mut probes = Probes::load(&ProbeOptions {
+            devices: vec![dev],
+            ..Default::default()
+        })
+        .unwrap();
         let before = sysfs_rw_bytes(fs.device_path());
         let script = format!(
             "dd if=/dev/urandom of=data{k} bs=1M count=24 conv=fsync status=none && \
@@ -35,7 +39,7 @@ fn loop_device_bytes_equal_sysfs_stat() {
         probes.follow(held.pid(), false).unwrap();
         let exit = held.run().unwrap();
         let after = sysfs_rw_bytes(fs.device_path());
-        let profile = aggregate::collect(&probes).unwrap();
+        let (profile, _) = aggregate::collect(&probes).unwrap();
         assert_eq!(exit.code, Some(0));
         let bytes = |class: &str| -> u64 {
             profile

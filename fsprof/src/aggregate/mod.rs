@@ -1,6 +1,10 @@
 //! Reads the kernel-side aggregates out of the maps into a `Profile`.
 
+pub mod background;
+pub mod fs_events;
 pub mod histogram;
+pub mod stacks;
+pub mod symbols;
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
@@ -32,6 +36,9 @@ pub struct Profile {
     pub tasks_forked: u64,
     pub tasks_exited: u64,
     pub syscalls_unfinished: u64,
+    /// The filesystem's own tracepoints; null when not traced.
+    #[serde(default)]
+    pub fs_events: Option<fs_events::FsEventsProfile>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -132,24 +139,34 @@ fn dev_name(major: u32, minor: u32) -> String {
         .unwrap_or_default()
 }
 
-/// Sum of `recursion_misses` over this process's BPF programs (all of them are fsprof's), from
-/// /proc/self/fdinfo.
-fn recursion_misses() -> u64 {
+/// `recursion_misses` of this trace's programs by program name, from /proc/self/fdinfo.
+fn recursion_misses(probes: &Probes) -> BTreeMap<String, u64> {
+    let names: StdHashMap<u32, &str> = probes
+        .ebpf
+        .programs()
+        .filter_map(|(name, p)| p.info().ok().map(|i| (i.id(), name)))
+        .collect();
+    let mut out = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir("/proc/self/fdinfo") else {
-        return 0;
+        return out;
     };
-    dir.flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter(|info| info.contains("prog_type:"))
-        .filter_map(|info| {
+    for info in dir.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()) {
+        let field = |k: &str| {
             info.lines()
-                .find_map(|l| l.strip_prefix("recursion_misses:"))
+                .find_map(|l| l.strip_prefix(k))
                 .and_then(|v| v.trim().parse::<u64>().ok())
-        })
-        .sum()
+        };
+        if let (Some(id), Some(n)) = (field("prog_id:"), field("recursion_misses:"))
+            && n > 0
+            && let Some(name) = names.get(&(id as u32))
+        {
+            *out.entry(name.to_string()).or_insert(0) += n;
+        }
+    }
+    out
 }
 
-type HistId = (u32, u32, u32);
+pub(crate) type HistId = (u32, u32, u32);
 
 fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
     let map: PerCpuHashMap<_, HistKey, u64> =
@@ -165,7 +182,7 @@ fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
     Ok(out)
 }
 
-fn summary(
+pub(crate) fn summary(
     hists: &StdHashMap<HistId, Vec<(u32, u64)>>,
     kind: HistKind,
     class: u32,
@@ -177,8 +194,9 @@ fn summary(
         .unwrap_or_default()
 }
 
-/// Reads every aggregate. Safe to call while probes are attached (a live snapshot).
-pub fn collect(probes: &Probes) -> Result<Profile> {
+/// Reads every aggregate. Safe to call while probes are attached (a live snapshot). Also
+/// returns the off-CPU intervals still open, per stack, for `stacks::collect`.
+pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> {
     let ebpf = &probes.ebpf;
     let hists = read_hists(probes)?;
     let mut profile = Profile::default();
@@ -233,8 +251,12 @@ pub fn collect(probes: &Probes) -> Result<Profile> {
     let tasks: HashMap<_, u32, TaskState> =
         HashMap::try_from(ebpf.map("TASKS").context("TASKS map")?)?;
     let now = monotonic_ns();
+    let mut open = Vec::new();
     for item in tasks.iter() {
         let (_, t) = item?;
+        if t.off_since != 0 {
+            open.push((t.stack, t.off_class, now.saturating_sub(t.off_since)));
+        }
         if t.on_since != 0 {
             profile.time.on_cpu.ns += now.saturating_sub(t.on_since);
         }
@@ -284,9 +306,13 @@ pub fn collect(probes: &Probes) -> Result<Profile> {
     }
     // The kernel skips a program that would nest in itself on one CPU (e.g. a completion in
     // an interrupt while the same program runs in task context) and counts the skip.
-    let misses = recursion_misses();
-    if misses > 0 {
-        profile.lost.insert("recursion_misses".to_string(), misses);
+    let mut misses = recursion_misses(probes);
+    // fs events nest in themselves when one fires in an interrupt (writeback completion)
+    // while the program runs in task context; they are reported with the fs events.
+    let fs_misses = misses.remove("fs_event").unwrap_or(0);
+    let core: u64 = misses.values().sum();
+    if core > 0 {
+        profile.lost.insert("recursion_misses".to_string(), core);
     }
     let events: PerCpuArray<_, u64> =
         PerCpuArray::try_from(ebpf.map("EVENTS").context("EVENTS map")?)?;
@@ -297,5 +323,9 @@ pub fn collect(probes: &Probes) -> Result<Profile> {
     profile.tasks_forked = counter(Counter::TasksForked)?;
     profile.tasks_exited = counter(Counter::TasksExited)?;
     profile.syscalls_unfinished = counter(Counter::SyscallsUnfinished)?;
-    Ok(profile)
+    profile.fs_events = fs_events::collect(probes, &hists)?;
+    if let Some(f) = &mut profile.fs_events {
+        f.lost_nested = fs_misses;
+    }
+    Ok((profile, open))
 }

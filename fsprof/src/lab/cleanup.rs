@@ -43,6 +43,8 @@ pub fn cleanup(image_dirs: &[&Path]) -> Result<Vec<String>> {
             continue;
         };
         if target.starts_with(MOUNT_ROOT) && orphaned(file_name(target)) {
+            // A run killed during a quiesce leaves the filesystem frozen.
+            super::quiesce::thaw(Path::new(target));
             let c = std::ffi::CString::new(target)?;
             if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
                 done.push(format!("unmounted {target}"));

@@ -6,6 +6,7 @@ pub mod device;
 pub mod fs_kind;
 pub mod loopdev;
 pub mod mount;
+pub mod quiesce;
 
 use std::{
     ffi::CString,
@@ -154,6 +155,20 @@ impl LabFs {
         self.mount.unmount()
     }
 
+    /// What the filesystem's own tracepoints are filtered by.
+    pub fn fs_target(&self) -> Result<crate::probes::FsTarget> {
+        fs_target_of(self.kind.name(), self.mountpoint())
+    }
+
+    /// Kernel name of the device (loop0), for per-device kernel threads (jbd2/loop0-8).
+    pub fn device_name(&self) -> String {
+        self.device_path()
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    }
+
     /// syncfs(2) on the mounted filesystem: everything written is on the device after it.
     pub fn syncfs(&self) -> Result<Duration> {
         crate::trace::syncfs(self.mountpoint())
@@ -183,6 +198,59 @@ fn mount_ntfs3g(dev: &Path, target: &Path, options: &str) -> Result<(Mount, Dura
         );
     }
     Ok((Mount::adopt(target), took))
+}
+
+/// The filter for the fs tracepoints of the filesystem of `kind` mounted at `dir`: its
+/// superblock's s_dev, which /proc/self/mountinfo shows (stat's st_dev differs on btrfs,
+/// whose subvolumes have devices of their own).
+pub fn fs_target_of(kind: &str, dir: &Path) -> Result<crate::probes::FsTarget> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading mountinfo")?;
+    // The mount whose mount point is the longest prefix of `dir`.
+    let mut best: Option<(usize, u32)> = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (Some(devno), Some(point)) = (f.get(2), f.get(4)) else {
+            continue;
+        };
+        let point = point.replace("\\040", " ");
+        if !dir.starts_with(&point) {
+            continue;
+        }
+        let Some((ma, mi)) = devno.split_once(':') else {
+            continue;
+        };
+        let (Ok(ma), Ok(mi)) = (ma.parse(), mi.parse()) else {
+            continue;
+        };
+        if best.is_none_or(|(len, _)| point.len() >= len) {
+            best = Some((point.len(), make_kdev(ma, mi)));
+        }
+    }
+    let (_, dev) = best.with_context(|| format!("no mount holds {}", dir.display()))?;
+    Ok(crate::probes::FsTarget {
+        kind: kind.to_string(),
+        dev,
+    })
+}
+
+/// The filesystem kind holding `dir`, from statfs's magic number (None: not one fsprof
+/// knows the tracepoints of).
+pub fn fs_kind_of(dir: &Path) -> Option<&'static str> {
+    let c = CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(match st.f_type as u64 {
+        0xEF53 => "ext4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x6573_5546 => "fuse",
+        _ => return None,
+    })
 }
 
 /// Kernel dev_t (major << 20 | minor) of a block device node.

@@ -1,12 +1,24 @@
 //! Loading and attaching the eBPF programs, and telling them whom to follow.
 
+pub mod btf;
+pub mod fs_events;
 pub mod offsets;
+pub mod tracefs;
 
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use aya::{Ebpf, EbpfLoader, maps::HashMap, programs::RawTracePoint};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::HashMap,
+    programs::{
+        PerfEvent, RawTracePoint,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
+};
 use fsprof_common::{TaskState, TimeClass};
+
+pub use fs_events::FsTarget;
 
 /// The eBPF object built by build.rs from the fsprof-ebpf crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fsprof-probes"));
@@ -30,6 +42,32 @@ const OPTIONAL: &[&str] = &["block_io_start", "block_rq_insert", "block_rq_reque
 pub struct ProbeOptions {
     /// Only these block devices (kernel dev_t); empty: every device.
     pub devices: Vec<u32>,
+    /// On-CPU sampling and off-CPU stacks; None: no stacks.
+    pub stacks: Option<StackOptions>,
+    /// Count this filesystem's own tracepoints; None: none.
+    pub fs_events: Option<FsTarget>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct StackOptions {
+    /// cpu-clock samples per second per CPU.
+    pub sample_hz: u32,
+    /// Also sample kernel threads (the filesystem's background work).
+    pub background: bool,
+}
+
+/// perf's default is 4000 Hz, bcc's profile 49 Hz; 999 Hz gives a 1 ms weight per sample
+/// (a 1 s on-CPU target yields ~1000 samples), costs little on every CPU, and stays
+/// off the 1000 Hz timer tick.
+pub const DEFAULT_SAMPLE_HZ: u32 = 999;
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        StackOptions {
+            sample_hz: DEFAULT_SAMPLE_HZ,
+            background: true,
+        }
+    }
 }
 
 /// Attached probes. Dropping this detaches and unloads everything; nothing is pinned.
@@ -39,6 +77,11 @@ pub struct Probes {
     pub attached: Vec<&'static str>,
     /// Optional tracepoints that could not be attached, with the reason.
     pub missing: Vec<(&'static str, String)>,
+    /// Sampling period (ns) when stacks are on.
+    pub sample_period_ns: Option<u64>,
+    pub fs_events: Option<fs_events::FsEventsAttached>,
+    /// Optional parts that could not be set up (stacks, fs events), one line each.
+    pub warnings: Vec<String>,
 }
 
 /// Refuses early, with one line each, what would otherwise fail deep inside the loader.
@@ -60,6 +103,17 @@ impl Probes {
         check_environment()?;
         let mut config = offsets::probe_config(Path::new(offsets::VMLINUX_BTF))?;
         config.filter_devices = u32::from(!opts.devices.is_empty());
+        let period = opts
+            .stacks
+            .map(|s| 1_000_000_000 / u64::from(s.sample_hz.clamp(1, 100_000)));
+        if let (Some(s), Some(p)) = (opts.stacks, period) {
+            config.stacks = 1;
+            config.background = s.background.into();
+            config.sample_period_ns = p;
+        }
+        if let Some(t) = &opts.fs_events {
+            config.fs_dev = t.dev;
+        }
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .load(EBPF_OBJECT)
@@ -84,10 +138,31 @@ impl Probes {
                 }
             }
         }
+        let mut warnings = Vec::new();
+        let mut sample_period_ns = None;
+        if let Some(p) = period {
+            match attach_sampler(&mut ebpf, p) {
+                Ok(()) => sample_period_ns = Some(p),
+                Err(e) => warnings.push(format!("no on-CPU stacks: {e:#}")),
+            }
+        }
+        let fs_events = match &opts.fs_events {
+            Some(t) => match fs_events::attach(&mut ebpf, t) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    warnings.push(format!("no filesystem tracepoints: {e:#}"));
+                    None
+                }
+            },
+            None => None,
+        };
         Ok(Probes {
             ebpf,
             attached,
             missing,
+            sample_period_ns,
+            fs_events,
+            warnings,
         })
     }
 
@@ -97,9 +172,34 @@ impl Probes {
             "fsprof: attached raw tracepoints: {}",
             self.attached.join(" ")
         );
+        if let Some(p) = self.sample_period_ns {
+            s.push_str(&format!(
+                "; cpu-clock sampling at {} Hz",
+                1_000_000_000 / p.max(1)
+            ));
+        }
+        if let Some(f) = &self.fs_events {
+            s.push_str(&format!(
+                "; {} tracepoints of {}",
+                f.attached(),
+                f.subsystems.join(",")
+            ));
+        }
         for (name, why) in &self.missing {
             s.push_str(&format!(
                 "\nfsprof: warning: optional tracepoint {name} not attached: {why}"
+            ));
+        }
+        for w in &self.warnings {
+            s.push_str(&format!("\nfsprof: warning: {w}"));
+        }
+        if let Some(f) = &self.fs_events
+            && !f.failed.is_empty()
+        {
+            s.push_str(&format!(
+                "\nfsprof: warning: {} tracepoints not attached (first: {})",
+                f.failed.len(),
+                f.failed[0]
             ));
         }
         s
@@ -162,6 +262,27 @@ pub fn monotonic_ns() -> u64 {
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The cpu-clock sampler on every online CPU, all processes (the program keeps only the
+/// target and kernel threads).
+fn attach_sampler(ebpf: &mut Ebpf, period_ns: u64) -> Result<()> {
+    let cpus = aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+    let prog: &mut PerfEvent = ebpf
+        .program_mut("on_cpu_sample")
+        .context("program on_cpu_sample missing from the eBPF object")?
+        .try_into()?;
+    prog.load().context("loading on_cpu_sample")?;
+    for cpu in cpus {
+        prog.attach(
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Period(period_ns),
+            false,
+        )
+        .with_context(|| format!("attaching the cpu-clock sampler on CPU {cpu}"))?;
+    }
+    Ok(())
 }
 
 fn attach(ebpf: &mut Ebpf, name: &'static str) -> Result<()> {

@@ -1,5 +1,6 @@
 //! Reports for people (terminal tables) and programs (versioned JSON).
 
+pub mod flame;
 pub mod run_table;
 pub mod table;
 pub mod units;

@@ -164,6 +164,8 @@ pub fn render(r: &TraceResult) -> String {
             &rows,
         ));
     }
+    render_stacks(&mut o, r);
+    render_fs_events(&mut o, r);
     if r.profile.lost.is_empty() {
         let _ = writeln!(o, "\nlost events: none");
     } else {
@@ -183,4 +185,137 @@ pub fn render(r: &TraceResult) -> String {
         let _ = writeln!(o, "missing optional hooks: {}", r.missing_hooks.join(" "));
     }
     o
+}
+
+/// Leaf-first frames shortened for one line: the first `n`, without annotations.
+fn path(frames: &[String], n: usize) -> String {
+    let mut v: Vec<&str> = frames.iter().take(n).map(String::as_str).collect();
+    if frames.len() > n {
+        v.push("…");
+    }
+    v.join(" ← ")
+}
+
+fn render_stacks(o: &mut String, r: &TraceResult) {
+    let Some(s) = &r.stacks else {
+        return;
+    };
+    let hz = 1_000_000_000 / s.sample_period_ns.max(1);
+    let _ = writeln!(
+        o,
+        "\nstacks: {} on-CPU samples at {hz} Hz (≈{} on-CPU), {} off-CPU in stacks, {} distinct stacks",
+        s.on_cpu_samples,
+        seconds(s.on_cpu_sampled_ns),
+        seconds(s.off_cpu_ns),
+        s.distinct_stacks
+    );
+    if !s.capture_problems.is_empty() {
+        let p: Vec<String> = s
+            .capture_problems
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(o, "  stack capture problems: {}", p.join(" "));
+    }
+    for (title, list) in [
+        ("top off-CPU stacks", &s.top_off_cpu),
+        ("top on-CPU stacks", &s.top_on_cpu),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        let _ = writeln!(o, "{title} (leaf first)");
+        for t in list.iter().take(5) {
+            let _ = writeln!(
+                o,
+                "  {:>8} {:<12} {:<14} {}",
+                seconds(t.ns),
+                t.class,
+                t.comm,
+                path(&t.frames, 8)
+            );
+        }
+    }
+    if let Some(b) = &r.background {
+        let classes: Vec<String> = b
+            .by_class
+            .iter()
+            .map(|(c, ns)| format!("{c} {}", seconds(*ns)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "kernel background work for the filesystem (sampled): {}{}  (other kernel threads {}, not attributed)",
+            seconds(b.ns),
+            if classes.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", classes.join(", "))
+            },
+            seconds(b.unattributed_ns)
+        );
+    }
+}
+
+fn render_fs_events(o: &mut String, r: &TraceResult) {
+    let Some(f) = &r.profile.fs_events else {
+        return;
+    };
+    let total: u64 = f.events.iter().map(|e| e.count).sum();
+    let _ = writeln!(
+        o,
+        "\nfilesystem tracepoints ({}: {} attached{}): {total} events, {} kinds{}",
+        f.subsystems.join(", "),
+        f.attached,
+        if f.failed > 0 {
+            format!(", {} failed", f.failed)
+        } else {
+            String::new()
+        },
+        f.events.len(),
+        if f.lost_nested > 0 {
+            format!(", {} LOST (nested in an interrupt)", f.lost_nested)
+        } else {
+            String::new()
+        }
+    );
+    if !f.events.is_empty() {
+        let rows: Vec<Vec<String>> = f
+            .events
+            .iter()
+            .take(10)
+            .map(|e| {
+                vec![
+                    format!("{}{}", e.name, if e.filtered { "" } else { " *" }),
+                    e.count.to_string(),
+                ]
+            })
+            .collect();
+        o.push_str(&table(&["event", "count"], &rows));
+        if f.events.iter().take(10).any(|e| !e.filtered) {
+            let _ = writeln!(
+                o,
+                "  * no argument leads to a device: counted for every filesystem"
+            );
+        }
+    }
+    if !f.pairs.is_empty() {
+        let rows: Vec<Vec<String>> = f
+            .pairs
+            .iter()
+            .map(|p| {
+                vec![
+                    p.name.clone(),
+                    p.count.to_string(),
+                    duration_ns(p.total_ns),
+                    duration_ns(p.latency.p50),
+                    duration_ns(p.latency.p99),
+                    duration_ns(p.latency.max),
+                ]
+            })
+            .collect();
+        o.push_str(&table(
+            &["begin → end", "count", "total", "p50", "p99", "max"],
+            &rows,
+        ));
+    }
 }

@@ -1,5 +1,6 @@
 //! `fsprof run`: fresh filesystems × passes × the steps of a suite, every step traced.
 
+pub mod flames;
 pub mod results;
 
 use std::{
@@ -11,10 +12,10 @@ use anyhow::{Context, Result};
 
 use crate::{
     lab::{self, FsKind, LabFs, LabOptions, device},
-    probes::ProbeOptions,
+    probes::{ProbeOptions, StackOptions},
     signals,
     suite::Suite,
-    trace::{self, TraceOptions},
+    trace::{self, FlameOutput, TraceOptions},
     workload::{
         self, Step,
         pgbench::{PgServer, PgbenchSpec},
@@ -81,6 +82,14 @@ pub struct RunOptions {
     pub results: PathBuf,
     /// Drop caches before each step (default on, as the studies rebooted or remounted).
     pub drop_caches: bool,
+    /// Stacks (on-CPU samples, off-CPU stacks, background work); None: off.
+    pub stacks: Option<StackOptions>,
+    /// Count the filesystem's own tracepoints.
+    pub fs_events: bool,
+    /// Freeze and thaw after each step's syncfs, traced, so deferred work lands in it.
+    pub quiesce: bool,
+    /// Where folded stacks and flame graphs go (with `stacks`).
+    pub flames_dir: PathBuf,
 }
 
 fn opts_for(list: &[(Option<FsKind>, String)], kind: FsKind) -> Vec<String> {
@@ -196,6 +205,17 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
         Ok(()) => result.complete = true,
         Err(e) => result.interrupted = Some(format!("{e:#}")),
     }
+    if opts.stacks.is_some() {
+        let base = opts
+            .results
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        match flames::draw(&result, &opts.flames_dir, base) {
+            Ok(f) => result.flames = f,
+            Err(e) => eprintln!("fsprof: warning: flame graphs not drawn: {e:#}"),
+        }
+    }
     result.save(&opts.results)?;
     outcome.map(|()| result)
 }
@@ -280,10 +300,20 @@ fn run_matrix(
                     also_follow: server.iter().map(|s| s.pid).collect(),
                     probes: ProbeOptions {
                         devices: vec![labfs.kernel_dev()?],
+                        stacks: opts.stacks,
+                        fs_events: opts.fs_events.then(|| labfs.fs_target()).transpose()?,
                     },
                     // The server is meant to outlive the client; it is stopped below.
                     kill_leftovers_in: server.is_none().then(|| ctx.dir.clone()),
                     sync_after: Some(ctx.dir.clone()),
+                    quiesce_after: opts.quiesce,
+                    device_name: Some(labfs.device_name()),
+                    flames: opts.stacks.map(|_| FlameOutput {
+                        dir: opts.flames_dir.join(&name),
+                        stem: format!("{kind}-pass{pass}"),
+                        title: format!("{kind} · {name} · pass {pass}"),
+                        svg: false,
+                    }),
                     ..Default::default()
                 })?;
                 let mut metrics = std::collections::BTreeMap::new();

@@ -28,6 +28,9 @@ pub struct RunResult {
     pub complete: bool,
     pub interrupted: Option<String>,
     pub filesystems: Vec<FsRun>,
+    /// Flame graphs per cell and differential graphs; paths relative to this file.
+    #[serde(default)]
+    pub flames: super::flames::RunFlames,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

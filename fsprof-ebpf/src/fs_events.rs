@@ -1,0 +1,123 @@
+//! The filesystem's own tracepoints (xfs:*, ext4:*, jbd2:*, btrfs:*, writeback:*, iomap:*):
+//! one raw-tracepoint program attached to each event that exists, with the event's index as
+//! its BPF cookie. Raw tracepoints detach without the RCU grace period a perf tracepoint
+//! event costs, and hand over the event's kernel pointers: the device is found by
+//! following them (offsets from BTF), so only the filesystem under test counts.
+
+use aya_ebpf::{
+    EbpfContext,
+    helpers::generated::bpf_get_attach_cookie,
+    macros::{map, raw_tracepoint},
+    maps::{Array, LruHashMap, PerCpuArray},
+    programs::RawTracePointContext,
+};
+use fsprof_common::{
+    FS_MAX_DEREF, FS_NO_ARG, FS_PAIR_SLOTS, FsEventCfg, HistKind, MAX_FS_EVENTS, MAX_FS_PAIRS,
+    PairKey, TimeStats,
+};
+
+use crate::common::{config, current_tid, hist_add, now, read_kernel};
+
+/// Event index (the cookie) → its config; filled by userspace.
+#[map]
+static FS_EVENT_CFG: Array<FsEventCfg> = Array::with_max_entries(MAX_FS_EVENTS, 0);
+
+#[map]
+static FS_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_FS_EVENTS, 0);
+
+/// Pair instances begun and not yet ended. LRU: an end that never comes cannot fill it.
+#[map]
+static FS_PENDING: LruHashMap<PairKey, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// Per pair: completed instances and their summed latency.
+#[map]
+static FS_PAIRS: PerCpuArray<TimeStats> = PerCpuArray::with_max_entries(MAX_FS_PAIRS, 0);
+
+/// Argument `i` of the tracepoint. Read through bpf_probe_read_kernel: a direct context
+/// load would make the verifier require that many arguments of every tracepoint the
+/// program is attached to.
+#[inline(always)]
+fn arg(ctx: &RawTracePointContext, i: u32) -> Option<u64> {
+    let base = ctx.as_ptr() as u64;
+    match i {
+        0 => read_kernel::<u64>(base, 0),
+        1 => read_kernel::<u64>(base, 8),
+        2 => read_kernel::<u64>(base, 16),
+        3 => read_kernel::<u64>(base, 24),
+        4 => read_kernel::<u64>(base, 32),
+        5 => read_kernel::<u64>(base, 40),
+        _ => None,
+    }
+}
+
+/// The dev_t the event's device path leads to.
+#[inline(always)]
+fn event_dev(ctx: &RawTracePointContext, cfg: &FsEventCfg) -> Option<u32> {
+    let mut p = arg(ctx, cfg.dev_arg)?;
+    for i in 0..FS_MAX_DEREF {
+        if (i as u32) < cfg.nderef {
+            p = read_kernel::<u64>(p, cfg.derefs[i])?;
+        }
+    }
+    read_kernel::<u32>(p, cfg.dev_off)
+}
+
+#[inline(always)]
+fn end_pair(pair: u32, key: u64, ts: u64) {
+    let k = PairKey { pair, _pad: 0, key };
+    let Some(start) = (unsafe { FS_PENDING.get(&k) }) else {
+        return;
+    };
+    let lat = ts.saturating_sub(*start);
+    let _ = FS_PENDING.remove(&k);
+    if let Some(s) = FS_PAIRS.get_ptr_mut(pair) {
+        unsafe {
+            (*s).total_ns += lat;
+            (*s).episodes += 1;
+        }
+    }
+    hist_add(HistKind::FsPairLatency, 0, pair, lat);
+}
+
+#[raw_tracepoint]
+pub fn fs_event(ctx: RawTracePointContext) -> i32 {
+    let index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let Some(cfg) = FS_EVENT_CFG.get(index) else {
+        return 0;
+    };
+    let cfg = *cfg;
+    if cfg.dev_arg != FS_NO_ARG && event_dev(&ctx, &cfg) != Some(config().fs_dev) {
+        return 0;
+    }
+    if let Some(n) = FS_COUNTS.get_ptr_mut(index) {
+        unsafe { *n += 1 };
+    }
+    if cfg.begins[0] == 0 && cfg.ends[0] == 0 {
+        return 0;
+    }
+    let key = if cfg.key_arg == FS_NO_ARG {
+        current_tid() as u64
+    } else {
+        match arg(&ctx, cfg.key_arg) {
+            Some(k) => k,
+            None => return 0,
+        }
+    };
+    let ts = now();
+    for i in 0..FS_PAIR_SLOTS {
+        if cfg.ends[i] != 0 {
+            end_pair(cfg.ends[i], key, ts);
+        }
+    }
+    for i in 0..FS_PAIR_SLOTS {
+        if cfg.begins[i] != 0 {
+            let k = PairKey {
+                pair: cfg.begins[i],
+                _pad: 0,
+                key,
+            };
+            let _ = FS_PENDING.insert(&k, &ts, 0);
+        }
+    }
+    0
+}

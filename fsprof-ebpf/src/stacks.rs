@@ -1,0 +1,164 @@
+//! Stacks: off-CPU stacks captured when a followed thread switches out (weighted, exactly,
+//! by the time until it runs again, per off-CPU class) and on-CPU stacks sampled by a
+//! cpu-clock perf event (weighted by the sample period), for the target and for kernel
+//! threads (background work). Stacks are deduplicated in the kernel into ids; userspace
+//! reads ids, weights and the stacks once, at the end.
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{BPF_F_USER_BUILD_ID, BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_get_smp_processor_id, generated,
+    },
+    macros::{map, perf_event},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    programs::PerfEventContext,
+};
+use fsprof_common::{
+    Counter, MAX_STACK_WEIGHTS, MAX_STACKS, PF_KTHREAD, STACK_CLASS_BACKGROUND, StackKey,
+    TimeClass, UserBuildIds, Weight, WeightKey,
+};
+
+use crate::common::{TASKS, config, count, current_tid, entry, read_kernel};
+
+/// Whole stack → id (1-based; 0 means "no stack").
+#[map]
+static STACK_IDS: HashMap<StackKey, u32> = HashMap::with_max_entries(MAX_STACKS, 0);
+
+/// Id → the user frames as (build id, file offset), captured once when the id is new.
+#[map]
+static USER_BUILD_IDS: HashMap<u32, UserBuildIds> = HashMap::with_max_entries(MAX_STACKS, 0);
+
+#[map]
+static STACK_WEIGHTS: PerCpuHashMap<WeightKey, Weight> =
+    PerCpuHashMap::with_max_entries(MAX_STACK_WEIGHTS, 0);
+
+/// Ids handed out on this CPU. Ids are `cpu << 20 | sequence`: no atomics needed (the BPF
+/// core has none), and the two capturing contexts cannot interleave on one CPU (sched_switch
+/// runs with interrupts off, the sampler in the timer interrupt).
+#[map]
+static STACK_SEQ: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Scratch space for a key (too big for the 512-byte BPF stack). One slot per context
+/// that captures, so a sample interrupting a capture in progress cannot corrupt it.
+pub const SLOT_SCHED: u32 = 0;
+pub const SLOT_SAMPLE: u32 = 1;
+#[map]
+static KEY_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(2, 0);
+#[map]
+static BUILD_ID_SCRATCH: PerCpuArray<UserBuildIds> = PerCpuArray::with_max_entries(2, 0);
+
+const KSTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::KSTACK_DEPTH]>() as u32;
+const USTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::USTACK_DEPTH]>() as u32;
+const BUILD_ID_BYTES: u32 = core::mem::size_of::<UserBuildIds>() as u32;
+
+#[inline(always)]
+fn get_stack(ctx: *mut core::ffi::c_void, buf: *mut u64, size: u32, flags: u64) -> i64 {
+    unsafe { generated::bpf_get_stack(ctx, buf.cast(), size, flags) }
+}
+
+#[inline(always)]
+fn is_kthread() -> bool {
+    let task = unsafe { bpf_get_current_task() };
+    read_kernel::<u32>(task, config().task_flags).is_some_and(|f| f & PF_KTHREAD != 0)
+}
+
+/// Id of the current context's stack, creating it when new; 0 when it cannot be had
+/// (counted). `ctx` is the program's context, which bpf_get_stack unwinds from.
+#[inline(always)]
+pub fn capture(ctx: *mut core::ffi::c_void, slot: u32, kthread: bool) -> u32 {
+    let Some(key) = KEY_SCRATCH.get_ptr_mut(slot) else {
+        return 0;
+    };
+    let key = unsafe { &mut *key };
+    key.tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    key.kthread = kthread as u32;
+    key.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    // bpf_get_stack zero-fills what it does not write, on success and on failure, so the
+    // key's bytes are fully determined by the stack.
+    if get_stack(ctx, key.kernel.as_mut_ptr(), KSTACK_BYTES, 0) < 0 {
+        count(Counter::KernelStackFailed);
+        return 0;
+    }
+    let mut user_frames = 0;
+    if kthread {
+        key.user = [0; fsprof_common::USTACK_DEPTH];
+    } else {
+        user_frames = get_stack(
+            ctx,
+            key.user.as_mut_ptr(),
+            USTACK_BYTES,
+            BPF_F_USER_STACK as u64,
+        );
+        if user_frames < 0 {
+            count(Counter::UserStackFailed);
+        }
+    }
+    if let Some(id) = unsafe { STACK_IDS.get(&*key) } {
+        return *id;
+    }
+    let Some(seq) = STACK_SEQ.get_ptr_mut(0) else {
+        return 0;
+    };
+    let id = unsafe {
+        *seq += 1;
+        (bpf_get_smp_processor_id() << 20) | (*seq & 0xf_ffff)
+    };
+    if STACK_IDS.insert(&*key, &id, BPF_NOEXIST as u64).is_err() {
+        // Another CPU inserted the same stack first, or the table is full.
+        return match unsafe { STACK_IDS.get(&*key) } {
+            Some(id) => *id,
+            None => {
+                count(Counter::StackTableFull);
+                0
+            }
+        };
+    }
+    if user_frames > 0
+        && let Some(ids) = BUILD_ID_SCRATCH.get_ptr_mut(slot)
+    {
+        let flags = (BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) as u64;
+        if get_stack(ctx, ids.cast(), BUILD_ID_BYTES, flags) > 0
+            && USER_BUILD_IDS.insert(&id, unsafe { &*ids }, 0).is_err()
+        {
+            count(Counter::BuildIdTableFull);
+        }
+    }
+    id
+}
+
+/// Adds `ns` to (stack, class).
+#[inline(always)]
+pub fn add_weight(stack: u32, class: u32, ns: u64) {
+    match entry(&STACK_WEIGHTS, &WeightKey { stack, class }) {
+        Some(p) => unsafe {
+            (*p).ns += ns;
+            (*p).count += 1;
+        },
+        None => count(Counter::StackWeightsFull),
+    }
+}
+
+/// cpu-clock sample on one CPU: the interrupted task's stack, if it is followed (on-CPU
+/// time of the target) or a kernel thread (background work, classified in userspace).
+#[perf_event]
+pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
+    let cfg = config();
+    let tid = current_tid();
+    if tid == 0 {
+        return 0; // idle
+    }
+    let (class, kthread) = if unsafe { TASKS.get(&tid) }.is_some() {
+        count(Counter::SamplesTarget);
+        (TimeClass::OnCpu as u32, false)
+    } else if cfg.background != 0 && is_kthread() {
+        count(Counter::SamplesKernelThreads);
+        (STACK_CLASS_BACKGROUND, true)
+    } else {
+        return 0;
+    };
+    let id = capture(ctx.as_ptr(), SLOT_SAMPLE, kthread);
+    add_weight(id, class, cfg.sample_period_ns);
+    0
+}

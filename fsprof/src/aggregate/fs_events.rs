@@ -1,0 +1,89 @@
+//! Counts of the filesystem's own tracepoints and latencies of their begin/end pairs.
+
+use anyhow::{Context, Result};
+use aya::maps::PerCpuArray;
+use fsprof_common::{HistKind, TimeStats};
+use serde::{Deserialize, Serialize};
+
+use super::{HistId, histogram::Summary, summary};
+use crate::probes::Probes;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FsEventCount {
+    /// subsystem:event
+    pub name: String,
+    pub count: u64,
+    /// False when no argument of the event leads to a device: then it counts every
+    /// filesystem's.
+    pub filtered: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FsPairRow {
+    pub name: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub latency: Summary,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FsEventsProfile {
+    pub subsystems: Vec<String>,
+    /// Tracepoints attached / that exist but could not be attached.
+    pub attached: usize,
+    pub failed: usize,
+    /// Events that fired, most frequent first.
+    pub events: Vec<FsEventCount>,
+    pub pairs: Vec<FsPairRow>,
+    /// Events the kernel did not deliver because the program was already running on that
+    /// CPU (an event in an interrupt nested in one in task context).
+    #[serde(default)]
+    pub lost_nested: u64,
+}
+
+pub fn collect(
+    probes: &Probes,
+    hists: &std::collections::HashMap<HistId, Vec<(u32, u64)>>,
+) -> Result<Option<FsEventsProfile>> {
+    let Some(att) = &probes.fs_events else {
+        return Ok(None);
+    };
+    let ebpf = &probes.ebpf;
+    let counts: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(ebpf.map("FS_COUNTS").context("FS_COUNTS map")?)?;
+    let mut out = FsEventsProfile {
+        subsystems: att.subsystems.clone(),
+        attached: att.attached(),
+        failed: att.failed.len(),
+        ..Default::default()
+    };
+    for (index, name, filtered) in &att.events {
+        let n: u64 = counts.get(index, 0)?.iter().sum();
+        if n > 0 {
+            out.events.push(FsEventCount {
+                name: name.clone(),
+                count: n,
+                filtered: *filtered,
+            });
+        }
+    }
+    out.events
+        .sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
+    let pairs: PerCpuArray<_, TimeStats> =
+        PerCpuArray::try_from(ebpf.map("FS_PAIRS").context("FS_PAIRS map")?)?;
+    for (id, name) in &att.pairs {
+        let (count, total) = pairs
+            .get(id, 0)?
+            .iter()
+            .fold((0, 0), |(c, t), s| (c + s.episodes, t + s.total_ns));
+        if count > 0 {
+            out.pairs.push(FsPairRow {
+                name: name.clone(),
+                count,
+                total_ns: total,
+                latency: summary(hists, HistKind::FsPairLatency, 0, *id),
+            });
+        }
+    }
+    Ok(Some(out))
+}

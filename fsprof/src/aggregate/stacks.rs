@@ -1,0 +1,309 @@
+//! Stack weights out of the kernel maps: symbolized stacks with their time, per class, for
+//! the target (on-CPU samples, exact off-CPU intervals) and for kernel threads doing the
+//! filesystem's background work.
+
+use std::collections::{BTreeMap, HashMap as StdHashMap};
+
+use anyhow::{Context, Result};
+use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap};
+use fsprof_common::{
+    COUNTERS, Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserBuildIds, Weight, WeightKey,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{background, symbols};
+use crate::probes::Probes;
+
+/// Label of a stack class, as the reports and graphs print it.
+pub fn class_label(class: u32) -> &'static str {
+    match class {
+        0 => "on-CPU",
+        1 => "I/O wait",
+        2 => "other D-wait",
+        3 => "sleep",
+        4 => "run-queue",
+        STACK_CLASS_BACKGROUND => "background",
+        _ => "other",
+    }
+}
+
+/// One stack and the time spent in it.
+#[derive(Clone, Debug, Default)]
+pub struct WeightedStack {
+    pub comm: String,
+    pub tgid: u32,
+    /// TimeClass, or STACK_CLASS_BACKGROUND.
+    pub class: u32,
+    /// Background work: the thread class (xfs-inodegc, jbd2, writeback, …).
+    pub group: Option<String>,
+    /// Root first.
+    pub user: Vec<String>,
+    /// Root first (syscall entry … leaf).
+    pub kernel: Vec<String>,
+    pub ns: u64,
+    /// Samples (on-CPU) or intervals (off-CPU).
+    pub count: u64,
+}
+
+impl WeightedStack {
+    /// Frames leaf first, kernel then user: how a reader scans "where was it".
+    pub fn leaf_first(&self) -> impl Iterator<Item = &String> {
+        self.kernel.iter().rev().chain(self.user.iter().rev())
+    }
+}
+
+/// All stacks of one trace.
+#[derive(Clone, Debug, Default)]
+pub struct Stacks {
+    pub sample_period_ns: u64,
+    /// The target: on-CPU (class 0) and off-CPU classes.
+    pub target: Vec<WeightedStack>,
+    /// Kernel-thread samples attributed to the filesystem's background work.
+    pub background: Vec<WeightedStack>,
+    /// Kernel-thread samples not attributed to it (other kernel work), ns.
+    pub unattributed_background_ns: u64,
+    pub problems: BTreeMap<String, u64>,
+    pub distinct: u64,
+}
+
+/// A stack shown in reports and kept in the JSON (`explain` reads these).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TopStack {
+    pub class: String,
+    pub ns: u64,
+    pub comm: String,
+    /// Leaf first, at most TOP_FRAMES.
+    pub frames: Vec<String>,
+}
+
+const TOP_STACKS: usize = 10;
+const TOP_FRAMES: usize = 16;
+
+/// What the stacks add up to, for the JSON and the reports.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct StackSummary {
+    /// Weight of one on-CPU sample.
+    pub sample_period_ns: u64,
+    pub on_cpu_samples: u64,
+    /// Samples × period: an estimate of the target's on-CPU time.
+    pub on_cpu_sampled_ns: u64,
+    /// Off-CPU time in stacks, exact: equals the off-CPU time classes.
+    pub off_cpu_ns: u64,
+    pub off_cpu_by_class: BTreeMap<String, u64>,
+    pub distinct_stacks: u64,
+    /// Failed or dropped stack captures by kind (kernel_stack_failed, user_stack_failed,
+    /// stack_table_full, build_id_table_full, stack_weights_full); empty when none.
+    pub capture_problems: BTreeMap<String, u64>,
+    pub top_on_cpu: Vec<TopStack>,
+    pub top_off_cpu: Vec<TopStack>,
+}
+
+/// Kernel threads' on-CPU work for the filesystem during the trace (sampled).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BackgroundSummary {
+    /// Sampled on-CPU time of kernel threads attributed to the filesystem, ns.
+    pub ns: u64,
+    pub samples: u64,
+    /// By thread class, largest first.
+    pub by_class: Vec<(String, u64)>,
+    /// Kernel-thread samples with no filesystem, block or writeback frame, ns.
+    pub unattributed_ns: u64,
+    pub top: Vec<TopStack>,
+}
+
+fn top(stacks: &[WeightedStack], label: impl Fn(&WeightedStack) -> String) -> Vec<TopStack> {
+    let mut v: Vec<&WeightedStack> = stacks.iter().collect();
+    v.sort_by_key(|s| std::cmp::Reverse(s.ns));
+    v.into_iter()
+        .take(TOP_STACKS)
+        .map(|s| TopStack {
+            class: label(s),
+            ns: s.ns,
+            comm: s.comm.clone(),
+            frames: s.leaf_first().take(TOP_FRAMES).cloned().collect(),
+        })
+        .collect()
+}
+
+impl Stacks {
+    pub fn summary(&self) -> StackSummary {
+        let on: Vec<WeightedStack> = self
+            .target
+            .iter()
+            .filter(|s| s.class == TimeClass::OnCpu as u32)
+            .cloned()
+            .collect();
+        let off: Vec<WeightedStack> = self
+            .target
+            .iter()
+            .filter(|s| s.class != TimeClass::OnCpu as u32)
+            .cloned()
+            .collect();
+        let mut by_class = BTreeMap::new();
+        for s in &off {
+            *by_class
+                .entry(TimeClass::ALL[s.class as usize].name().to_string())
+                .or_insert(0) += s.ns;
+        }
+        StackSummary {
+            sample_period_ns: self.sample_period_ns,
+            on_cpu_samples: on.iter().map(|s| s.count).sum(),
+            on_cpu_sampled_ns: on.iter().map(|s| s.ns).sum(),
+            off_cpu_ns: off.iter().map(|s| s.ns).sum(),
+            off_cpu_by_class: by_class,
+            distinct_stacks: self.distinct,
+            capture_problems: self.problems.clone(),
+            top_on_cpu: top(&on, |s| class_label(s.class).to_string()),
+            top_off_cpu: top(&off, |s| class_label(s.class).to_string()),
+        }
+    }
+
+    pub fn background_summary(&self) -> BackgroundSummary {
+        let mut by: BTreeMap<String, u64> = BTreeMap::new();
+        for s in &self.background {
+            *by.entry(s.group.clone().unwrap_or_default()).or_insert(0) += s.ns;
+        }
+        let mut by_class: Vec<(String, u64)> = by.into_iter().collect();
+        by_class.sort_by_key(|c| std::cmp::Reverse(c.1));
+        BackgroundSummary {
+            ns: self.background.iter().map(|s| s.ns).sum(),
+            samples: self.background.iter().map(|s| s.count).sum(),
+            by_class,
+            unattributed_ns: self.unattributed_background_ns,
+            top: top(&self.background, |s| s.group.clone().unwrap_or_default()),
+        }
+    }
+}
+
+/// Tracing machinery at the leaf of a stack captured from a tracepoint: not the target's.
+fn is_tracing_frame(name: &str) -> bool {
+    [
+        "bpf_",
+        "__bpf_",
+        "__traceiter_",
+        "perf_trace_",
+        "trace_call_bpf",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}
+
+fn comm_str(c: &[u8; 16]) -> String {
+    let end = c.iter().position(|&b| b == 0).unwrap_or(16);
+    String::from_utf8_lossy(&c[..end]).into_owned()
+}
+
+fn nonzero(frames: &[u64]) -> Vec<u64> {
+    frames.iter().copied().take_while(|&a| a != 0).collect()
+}
+
+/// Extra (stack, class, ns) the caller adds: intervals still open at collection.
+pub type OpenInterval = (u32, u32, u64);
+
+/// Reads and symbolizes every stack weight. `dev_name` (e.g. "loop0") narrows the
+/// background threads that carry a device in their name (jbd2/loop0-8) to that device.
+pub fn collect(
+    probes: &Probes,
+    open: &[OpenInterval],
+    dev_name: Option<&str>,
+) -> Result<Option<Stacks>> {
+    let Some(period) = probes.sample_period_ns else {
+        return Ok(None);
+    };
+    let ebpf = &probes.ebpf;
+    let ids: HashMap<_, StackKey, u32> =
+        HashMap::try_from(ebpf.map("STACK_IDS").context("STACK_IDS map")?)?;
+    let mut keys: StdHashMap<u32, StackKey> = StdHashMap::new();
+    for item in ids.iter() {
+        let (k, id) = item?;
+        keys.insert(id, k);
+    }
+    let bids: HashMap<_, u32, UserBuildIds> =
+        HashMap::try_from(ebpf.map("USER_BUILD_IDS").context("USER_BUILD_IDS map")?)?;
+    let mut build_ids: StdHashMap<u32, UserBuildIds> = StdHashMap::new();
+    for item in bids.iter() {
+        let (id, b) = item?;
+        build_ids.insert(id, b);
+    }
+    let weights: PerCpuHashMap<_, WeightKey, Weight> =
+        PerCpuHashMap::try_from(ebpf.map("STACK_WEIGHTS").context("STACK_WEIGHTS map")?)?;
+    let mut w: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
+    for item in weights.iter() {
+        let (k, v) = item?;
+        let e = w.entry((k.stack, k.class)).or_default();
+        for x in v.iter() {
+            e.0 += x.ns;
+            e.1 += x.count;
+        }
+    }
+    for &(stack, class, ns) in open {
+        let e = w.entry((stack, class)).or_default();
+        e.0 += ns;
+        e.1 += 1;
+    }
+
+    let mut stacks = Stacks {
+        sample_period_ns: period,
+        distinct: keys.len() as u64,
+        ..Default::default()
+    };
+    let events: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(ebpf.map("EVENTS").context("EVENTS map")?)?;
+    for (c, name) in [
+        (Counter::KernelStackFailed, "kernel_stack_failed"),
+        (Counter::UserStackFailed, "user_stack_failed"),
+        (Counter::StackTableFull, "stack_table_full"),
+        (Counter::BuildIdTableFull, "build_id_table_full"),
+        (Counter::StackWeightsFull, "stack_weights_full"),
+    ] {
+        debug_assert!((c as u32) < COUNTERS);
+        let n: u64 = events.get(&(c as u32), 0)?.iter().sum();
+        if n > 0 {
+            stacks.problems.insert(name.to_string(), n);
+        }
+    }
+
+    symbols::with(|syms| {
+        for ((id, class), (ns, count)) in w {
+            let mut s = WeightedStack {
+                class,
+                ns,
+                count,
+                ..Default::default()
+            };
+            match keys.get(&id) {
+                Some(k) => {
+                    s.comm = comm_str(&k.comm);
+                    s.tgid = k.tgid;
+                    let mut kernel = syms.kernel(&nonzero(&k.kernel));
+                    let trim = kernel.iter().take_while(|n| is_tracing_frame(n)).count();
+                    kernel.drain(..trim);
+                    kernel.reverse();
+                    s.kernel = kernel;
+                    let uips = nonzero(&k.user);
+                    if !uips.is_empty() {
+                        let b = build_ids.get(&id).map(|b| &b.frames[..uips.len()]);
+                        let mut user = syms.user(k.tgid, &uips, b);
+                        user.reverse();
+                        s.user = user;
+                    }
+                }
+                None => {
+                    s.comm = "[stack unavailable]".to_string();
+                }
+            }
+            if class == STACK_CLASS_BACKGROUND {
+                match background::classify(&s.comm, &s.kernel, dev_name) {
+                    Some(g) => {
+                        s.group = Some(g);
+                        stacks.background.push(s);
+                    }
+                    None => stacks.unattributed_background_ns += ns,
+                }
+            } else {
+                stacks.target.push(s);
+            }
+        }
+    });
+    Ok(Some(stacks))
+}

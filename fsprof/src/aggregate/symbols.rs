@@ -1,0 +1,267 @@
+//! Addresses → function names with blazesym: kernel frames from /proc/kallsyms, user
+//! frames from the ELF files' symbols, found by the build id the kernel recorded (so a
+//! process that has exited is still symbolized). A frame that cannot be resolved keeps its
+//! module and offset, or its address; it is never dropped.
+
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use blazesym::symbolize::{
+    Input, Symbolized, Symbolizer,
+    source::{Elf, Kernel, Process, Source},
+};
+use fsprof_common::{BUILD_ID_VALID, BuildIdFrame};
+
+/// Build id → the ELF file that has it. Filled from the files fsprof knows (the target's
+/// executable, fsprof itself) and, on the first miss, by scanning the usual binary and
+/// library directories.
+#[derive(Default)]
+struct BuildIdIndex {
+    paths: HashMap<Vec<u8>, PathBuf>,
+    scanned: bool,
+}
+
+const SCAN_DIRS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/local/bin",
+    "/usr/local/lib",
+    "/usr/lib/postgresql",
+];
+
+/// The kernel stores build ids in a 20-byte field, zero-padded.
+fn key(id: &[u8]) -> Vec<u8> {
+    let mut k = id[..id.len().min(20)].to_vec();
+    while k.last() == Some(&0) {
+        k.pop();
+    }
+    k
+}
+
+impl BuildIdIndex {
+    fn add(&mut self, path: &Path) {
+        if let Ok(Some(id)) = blazesym::helper::read_elf_build_id(path) {
+            self.paths
+                .entry(key(&id))
+                .or_insert_with(|| path.to_path_buf());
+        }
+    }
+
+    fn scan_dir(&mut self, dir: &Path, depth: u32) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Ok(ft) = e.file_type() else { continue };
+            let path = e.path();
+            if ft.is_dir() && depth > 0 {
+                self.scan_dir(&path, depth - 1);
+            } else if ft.is_file() {
+                let name = e.file_name();
+                let exec = e.metadata().is_ok_and(|m| {
+                    std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+                });
+                if name.to_string_lossy().contains(".so") || exec {
+                    self.add(&path);
+                }
+            }
+        }
+    }
+
+    fn find(&mut self, id: &[u8]) -> Option<PathBuf> {
+        let k = key(id);
+        if let Some(p) = self.paths.get(&k) {
+            return Some(p.clone());
+        }
+        if !self.scanned {
+            self.scanned = true;
+            for d in SCAN_DIRS {
+                self.scan_dir(Path::new(d), 2);
+            }
+            return self.paths.get(&k).cloned();
+        }
+        None
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Process-wide symbol state: blazesym caches parsed files, and `fsprof run` symbolizes
+/// hundreds of cells.
+pub struct Symbols {
+    symbolizer: Symbolizer,
+    kernel: HashMap<u64, String>,
+    user: HashMap<(PathBuf, u64), String>,
+    index: BuildIdIndex,
+}
+
+thread_local! {
+    static SYMBOLS: RefCell<Symbols> = RefCell::new(Symbols::new());
+}
+
+/// Runs `f` with this thread's symbol state (blazesym's symbolizer is not Send).
+pub fn with<R>(f: impl FnOnce(&mut Symbols) -> R) -> R {
+    SYMBOLS.with(|s| f(&mut s.borrow_mut()))
+}
+
+fn name_of(s: &Symbolized) -> Option<String> {
+    s.as_sym().map(|sym| sym.name.to_string())
+}
+
+impl Symbols {
+    fn new() -> Symbols {
+        let mut index = BuildIdIndex::default();
+        if let Ok(me) = std::env::current_exe() {
+            index.add(&me);
+        }
+        Symbols {
+            symbolizer: Symbolizer::builder().enable_code_info(false).build(),
+            kernel: HashMap::new(),
+            user: HashMap::new(),
+            index,
+        }
+    }
+
+    /// Makes `path`'s build id known (the target's executable, say).
+    pub fn know_file(&mut self, path: &Path) {
+        self.index.add(path);
+    }
+
+    /// Names of kernel addresses, in order; unknown ones as hex addresses.
+    pub fn kernel(&mut self, addrs: &[u64]) -> Vec<String> {
+        let missing: Vec<u64> = {
+            let mut m: Vec<u64> = addrs
+                .iter()
+                .copied()
+                .filter(|a| !self.kernel.contains_key(a))
+                .collect();
+            m.sort_unstable();
+            m.dedup();
+            m
+        };
+        if !missing.is_empty() {
+            let src = Source::Kernel(Kernel {
+                vmlinux: blazesym::MaybeDefault::None,
+                debug_syms: false,
+                ..Kernel::default()
+            });
+            let names = self
+                .symbolizer
+                .symbolize(&src, Input::AbsAddr(&missing))
+                .unwrap_or_default();
+            for (i, a) in missing.iter().enumerate() {
+                let n = names
+                    .get(i)
+                    .and_then(name_of)
+                    .unwrap_or_else(|| format!("0x{a:x}"));
+                self.kernel.insert(*a, n);
+            }
+        }
+        addrs.iter().map(|a| self.kernel[a].clone()).collect()
+    }
+
+    fn elf_offset(&mut self, path: &Path, offset: u64) -> String {
+        if let Some(n) = self.user.get(&(path.to_path_buf(), offset)) {
+            return n.clone();
+        }
+        let src = Source::Elf(Elf::new(path));
+        let name = self
+            .symbolizer
+            .symbolize_single(&src, Input::FileOffset(offset))
+            .ok()
+            .as_ref()
+            .and_then(name_of)
+            .unwrap_or_else(|| format!("{}+0x{offset:x}", file_name(path)));
+        self.user.insert((path.to_path_buf(), offset), name.clone());
+        name
+    }
+
+    /// Names of user frames (leaf first). `build_ids` (when the kernel recorded them) give
+    /// file and offset; otherwise the live process's maps are used, if it still runs.
+    pub fn user(
+        &mut self,
+        tgid: u32,
+        ips: &[u64],
+        build_ids: Option<&[BuildIdFrame]>,
+    ) -> Vec<String> {
+        let mut out = Vec::with_capacity(ips.len());
+        for (i, &ip) in ips.iter().enumerate() {
+            // Callers' frames are return addresses: look up the call instruction.
+            let adj = u64::from(i > 0);
+            let frame = build_ids
+                .and_then(|b| b.get(i))
+                .filter(|f| f.status == BUILD_ID_VALID);
+            let by_id = frame.map(|f| match self.index.find(&f.build_id) {
+                Some(p) => self.elf_offset(&p, f.offset_or_ip.saturating_sub(adj)),
+                None => {
+                    let k = key(&f.build_id);
+                    format!(
+                        "[build-id {}]+0x{:x}",
+                        hex(&k[..k.len().min(4)]),
+                        f.offset_or_ip
+                    )
+                }
+            });
+            let name = by_id.unwrap_or_else(|| {
+                let src = Source::Process(Process::new(tgid.into()));
+                self.symbolizer
+                    .symbolize_single(&src, Input::AbsAddr(ip.saturating_sub(adj)))
+                    .ok()
+                    .as_ref()
+                    .and_then(name_of)
+                    .unwrap_or_else(|| format!("[unknown] 0x{ip:x}"))
+            });
+            out.push(name);
+        }
+        out
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_symbols_resolve() {
+        let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
+            return;
+        };
+        let Some(line) = text.lines().find(|l| l.ends_with(" io_schedule")) else {
+            return;
+        };
+        let addr = u64::from_str_radix(line.split(' ').next().unwrap(), 16).unwrap();
+        if addr == 0 {
+            return; // kptr_restrict hides addresses from this user
+        }
+        with(|s| {
+            assert_eq!(s.kernel(&[addr + 1]), ["io_schedule"]);
+            assert_eq!(s.kernel(&[1]), ["0x1"]);
+        });
+    }
+
+    #[test]
+    fn own_functions_resolve_by_build_id() {
+        let me = std::env::current_exe().unwrap();
+        let id = blazesym::helper::read_elf_build_id(&me).unwrap();
+        assert!(id.is_some(), "test binary has no build id");
+        with(|s| {
+            s.know_file(&me);
+            assert!(s.index.find(&id.unwrap()).is_some());
+        });
+    }
+}

@@ -1,0 +1,59 @@
+//! Quiescing a filesystem: freeze and thaw it, which returns only when all its deferred
+//! work is done (xfs inactivates unlinked inodes in background workers after unlink
+//! returns; btrfs frees extents in its transaction kthread) and everything is on disk.
+//! Done with the probes attached, so that work lands in the step that caused it.
+
+use std::{
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+
+// _IOWR('X', 119, int) and _IOWR('X', 120, int) from linux/fs.h.
+const FIFREEZE: libc::c_ulong = 0xC004_5877;
+const FITHAW: libc::c_ulong = 0xC004_5878;
+
+fn ioctl(dir: &Path, req: libc::c_ulong) -> std::io::Result<()> {
+    let f = std::fs::File::open(dir)?;
+    if unsafe { libc::ioctl(f.as_raw_fd(), req, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Thaws the filesystem at `dir` when dropped: a frozen filesystem is never left behind.
+struct Frozen(PathBuf);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = ioctl(&self.0, FITHAW);
+    }
+}
+
+/// Freezes and thaws the filesystem mounted at `dir`; returns how long that took, or None
+/// when the filesystem cannot be frozen (FUSE, or one already frozen by someone else).
+pub fn quiesce(dir: &Path) -> Result<Option<Duration>> {
+    let start = Instant::now();
+    match ioctl(dir, FIFREEZE) {
+        Ok(()) => {}
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL | libc::EBUSY)
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e).with_context(|| format!("freezing {}", dir.display())),
+    }
+    let frozen = Frozen(dir.to_path_buf());
+    drop(frozen);
+    Ok(Some(start.elapsed()))
+}
+
+/// Thaws `dir` if frozen (for `fsprof cleanup` after a SIGKILL mid-quiesce).
+pub fn thaw(dir: &Path) -> bool {
+    ioctl(dir, FITHAW).is_ok()
+}

@@ -1,0 +1,126 @@
+//! The running kernel's BTF, parsed once per process: struct member offsets for the probes
+//! and tracepoint prototypes for the fs events.
+
+use std::{path::Path, sync::OnceLock};
+
+use anyhow::{Context, Result, anyhow, bail};
+use btf_rs::{Btf, Type};
+
+/// Parses `path` (the first call's path is the one kept).
+pub fn load(path: &Path) -> Result<&'static Btf> {
+    static BTF: OnceLock<Result<Btf, String>> = OnceLock::new();
+    BTF.get_or_init(|| {
+        // One read into memory: parsing straight from the file costs thousands of reads.
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read kernel BTF at {}", path.display()))
+            .map_err(|e| format!("{e:#}"))?;
+        Btf::from_bytes(&bytes).map_err(|e| {
+            format!(
+                "cannot read kernel BTF at {} (the kernel needs CONFIG_DEBUG_INFO_BTF=y): {e}",
+                path.display()
+            )
+        })
+    })
+    .as_ref()
+    .map_err(|e| anyhow!("{e}"))
+}
+
+/// Bit offset and bitfield size (None for a plain member) of a field.
+pub struct Field {
+    pub bit_offset: u32,
+    pub bitfield_size: Option<u32>,
+    /// The member's type, qualifiers and typedefs stripped.
+    pub ty: Option<Type>,
+}
+
+/// Follows typedefs and qualifiers.
+pub fn strip(btf: &Btf, mut t: Type) -> Option<Type> {
+    loop {
+        t = match t {
+            Type::Typedef(_)
+            | Type::Const(_)
+            | Type::Volatile(_)
+            | Type::Restrict(_)
+            | Type::TypeTag(_) => btf.resolve_chained_type(t.as_btf_type()?).ok()?,
+            other => return Some(other),
+        }
+    }
+}
+
+pub fn find_struct(btf: &Btf, name: &str) -> Result<btf_rs::Struct> {
+    for t in btf.resolve_types_by_name(name)? {
+        if let Type::Struct(s) = t
+            && !s.members.is_empty()
+        {
+            return Ok(s);
+        }
+    }
+    bail!("struct {name} not found in kernel BTF")
+}
+
+/// Searches `s` for `field`, descending into anonymous structs and unions (the kernel
+/// wraps many fields in them, e.g. under randomized layout or `struct_group`).
+fn find_member(btf: &Btf, s: &btf_rs::Struct, field: &str, base: u32) -> Option<Field> {
+    for m in &s.members {
+        let name = btf.resolve_name(m).unwrap_or_default();
+        if name == field {
+            return Some(Field {
+                bit_offset: base + m.bit_offset(),
+                bitfield_size: m.bitfield_size().filter(|&b| b != 0),
+                ty: btf.resolve_chained_type(m).ok().and_then(|t| strip(btf, t)),
+            });
+        }
+        if name.is_empty() {
+            let t = strip(btf, btf.resolve_chained_type(m).ok()?)?;
+            if let Type::Struct(inner) | Type::Union(inner) = t
+                && let Some(f) = find_member(btf, &inner, field, base + m.bit_offset())
+            {
+                return Some(f);
+            }
+        }
+    }
+    None
+}
+
+pub fn field(btf: &Btf, strukt: &str, field: &str) -> Result<Field> {
+    let s = find_struct(btf, strukt)?;
+    find_member(btf, &s, field, 0)
+        .ok_or_else(|| anyhow!("{strukt}.{field} not found in kernel BTF"))
+}
+
+/// Name of the struct a pointer type points to (`struct inode *` → "inode").
+pub fn pointee_struct(btf: &Btf, t: &Type) -> Option<String> {
+    let Type::Ptr(p) = t else { return None };
+    match strip(btf, btf.resolve_chained_type(p).ok()?)? {
+        Type::Struct(s) => btf.resolve_name(&s).ok().filter(|n| !n.is_empty()),
+        _ => None,
+    }
+}
+
+/// The argument types of raw tracepoint `name` (without the leading `void *__data`).
+pub fn tracepoint_args(btf: &Btf, name: &str) -> Option<Vec<Type>> {
+    let t = btf
+        .resolve_types_by_name(&format!("btf_trace_{name}"))
+        .ok()?
+        .into_iter()
+        .next()?;
+    let Type::Typedef(td) = t else { return None };
+    let Type::Ptr(p) = btf.resolve_chained_type(&td).ok()? else {
+        return None;
+    };
+    let Type::FuncProto(fp) = btf.resolve_chained_type(&p).ok()? else {
+        return None;
+    };
+    Some(
+        fp.parameters
+            .iter()
+            .skip(1)
+            .map(|param| {
+                btf.resolve_chained_type(param)
+                    .ok()
+                    .and_then(|t| strip(btf, t))
+                    .unwrap_or(Type::Void)
+            })
+            .collect(),
+    )
+}

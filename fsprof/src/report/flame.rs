@@ -1,0 +1,390 @@
+//! Flame graphs: folded stack files (the FlameGraph tools' format, weights in µs) and SVGs
+//! drawn with inferno. Kinds: on-CPU, off-CPU (towers per off-CPU class), combined (on- and
+//! off-CPU time in one picture, off-CPU frames in blues), background (kernel threads'
+//! work for the filesystem), and differential graphs between two folded sets.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::BufReader,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result, bail};
+use fsprof_common::TimeClass;
+use inferno::flamegraph::{self, Options, color::Color, color::PaletteMap};
+
+use crate::aggregate::stacks::{Stacks, WeightedStack, class_label};
+
+/// Folded stacks: "frame;frame;… " → weight in µs.
+pub type Folded = BTreeMap<String, u64>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    OnCpu,
+    OffCpu,
+    Combined,
+    Background,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::OnCpu, Kind::OffCpu, Kind::Combined, Kind::Background];
+    pub fn file_stem(self) -> &'static str {
+        match self {
+            Kind::OnCpu => "on-cpu",
+            Kind::OffCpu => "off-cpu",
+            Kind::Combined => "combined",
+            Kind::Background => "background",
+        }
+    }
+    /// What the width of a frame means, for titles.
+    pub fn width_means(self) -> &'static str {
+        match self {
+            Kind::OnCpu => "width = on-CPU time of the target (sampled), µs",
+            Kind::OffCpu => "width = off-CPU time of the target's threads, µs",
+            Kind::Combined => {
+                "width = thread time of the target: on-CPU (warm) + off-CPU (blue), µs"
+            }
+            Kind::Background => {
+                "width = on-CPU time of kernel threads working for the filesystem (sampled), µs"
+            }
+        }
+    }
+}
+
+fn clean(f: &str) -> String {
+    f.replace(';', ":")
+}
+
+fn class_frame(class: u32) -> String {
+    format!("[{}]", class_label(class))
+}
+
+/// kworker/u8:2 → kworker; jbd2/loop0-8 → jbd2/loop0-8 (named per device, keep).
+fn thread_base(comm: &str) -> &str {
+    if comm.starts_with("kworker") {
+        "kworker"
+    } else {
+        comm
+    }
+}
+
+fn push_frames(out: &mut Vec<String>, s: &WeightedStack, suffix_user: &str, suffix_k: &str) {
+    out.extend(s.user.iter().map(|f| format!("{}{suffix_user}", clean(f))));
+    out.extend(s.kernel.iter().map(|f| format!("{}{suffix_k}", clean(f))));
+}
+
+fn add(folded: &mut Folded, frames: Vec<String>, ns: u64) {
+    let us = (ns + 500) / 1000;
+    if us > 0 {
+        *folded.entry(frames.join(";")).or_insert(0) += us;
+    }
+}
+
+/// The folded stacks of one kind from a trace's stacks.
+pub fn fold(stacks: &Stacks, kind: Kind) -> Folded {
+    let mut f = Folded::new();
+    let on = TimeClass::OnCpu as u32;
+    match kind {
+        Kind::OnCpu => {
+            for s in stacks.target.iter().filter(|s| s.class == on) {
+                let mut fr = vec![clean(&s.comm)];
+                push_frames(&mut fr, s, "", "_[k]");
+                add(&mut f, fr, s.ns);
+            }
+        }
+        Kind::OffCpu => {
+            for s in stacks.target.iter().filter(|s| s.class != on) {
+                let mut fr = vec![clean(&s.comm), class_frame(s.class)];
+                push_frames(&mut fr, s, "", "_[k]");
+                add(&mut f, fr, s.ns);
+            }
+        }
+        Kind::Combined => {
+            for s in &stacks.target {
+                let mut fr = vec![clean(&s.comm), class_frame(s.class)];
+                if s.class == on {
+                    push_frames(&mut fr, s, "", "_[k]");
+                } else {
+                    // `_[w]` marks off-CPU frames: drawn in blues, shown without the suffix.
+                    fr[1].push_str("_[w]");
+                    push_frames(&mut fr, s, "_[w]", "_[w]");
+                }
+                add(&mut f, fr, s.ns);
+            }
+        }
+        Kind::Background => {
+            for s in &stacks.background {
+                let mut fr = vec![
+                    format!("[{}]", s.group.as_deref().unwrap_or("kernel")),
+                    clean(thread_base(&s.comm)),
+                ];
+                push_frames(&mut fr, s, "", "_[k]");
+                add(&mut f, fr, s.ns);
+            }
+        }
+    }
+    f
+}
+
+pub fn total_us(f: &Folded) -> u64 {
+    f.values().sum()
+}
+
+pub fn write_folded(f: &Folded, path: &Path) -> Result<()> {
+    let mut text = String::new();
+    for (stack, n) in f {
+        text.push_str(stack);
+        text.push(' ');
+        text.push_str(&n.to_string());
+        text.push('\n');
+    }
+    fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Reads a folded file (as written by fsprof, perf script | stackcollapse, or bpftrace).
+pub fn read_folded(path: &Path) -> Result<Folded> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut f = Folded::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((stack, n)) = line.rsplit_once(' ') else {
+            bail!("{}:{}: not a folded stack line", path.display(), i + 1);
+        };
+        let n: u64 = n
+            .parse()
+            .with_context(|| format!("{}:{}: bad count {n:?}", path.display(), i + 1))?;
+        *f.entry(stack.to_string()).or_insert(0) += n;
+    }
+    Ok(f)
+}
+
+pub fn merge(into: &mut Folded, other: &Folded) {
+    for (k, v) in other {
+        *into.entry(k.clone()).or_insert(0) += v;
+    }
+}
+
+fn hash(s: &str) -> u32 {
+    // FNV-1a: stable across runs, so a function keeps its shade in every graph.
+    s.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn shade(name: &str, base: (u8, u8, u8), spread: (u8, u8, u8)) -> Color {
+    let h = hash(name);
+    let v = |b: u8, s: u8, k: u32| b.saturating_add(((h >> k) % (s as u32 + 1)) as u8);
+    Color {
+        r: v(base.0, spread.0, 0),
+        g: v(base.1, spread.1, 8),
+        b: v(base.2, spread.2, 16),
+    }
+}
+
+fn class_color(label: &str) -> Option<Color> {
+    let c = |r, g, b| Some(Color { r, g, b });
+    match label {
+        "[on-CPU]" => c(230, 90, 40),
+        "[I/O wait]" => c(30, 90, 220),
+        "[other D-wait]" => c(130, 60, 200),
+        "[sleep]" => c(140, 150, 170),
+        "[run-queue]" => c(220, 190, 40),
+        "[other]" => c(150, 150, 150),
+        _ => None,
+    }
+}
+
+/// A color for every frame: class frames by class, off-CPU frames in blues, kernel frames
+/// in oranges, user frames in reds and yellows (the FlameGraph "java" convention).
+fn palette(folded: &Folded, kind: Kind) -> PaletteMap {
+    let mut map = PaletteMap::default();
+    for stack in folded.keys() {
+        for f in stack.split(';') {
+            if map.get(f).is_some() {
+                continue;
+            }
+            let plain = f.strip_suffix("_[w]").unwrap_or(f);
+            let color = if let Some(c) = class_color(plain) {
+                c
+            } else if f.ends_with("_[w]") || (kind == Kind::OffCpu && !f.starts_with('[')) {
+                shade(f, (40, 100, 200), (60, 80, 55))
+            } else if f.ends_with("_[k]") {
+                shade(f, (200, 110, 0), (55, 70, 40))
+            } else if f.starts_with('[') {
+                shade(f, (90, 160, 90), (40, 60, 40))
+            } else {
+                shade(f, (205, 50, 30), (50, 150, 40))
+            };
+            map.insert(f, color);
+        }
+    }
+    map
+}
+
+fn lines(f: &Folded) -> Vec<String> {
+    f.iter().map(|(k, v)| format!("{k} {v}")).collect()
+}
+
+fn options<'a>(title: &str, subtitle: &str, palette: Option<&'a mut PaletteMap>) -> Options<'a> {
+    let mut o = Options::default();
+    o.title = title.to_string();
+    o.subtitle = Some(subtitle.to_string());
+    o.count_name = "µs".to_string();
+    o.palette_map = palette;
+    o.hash = true;
+    o.deterministic = true;
+    o
+}
+
+/// Renders `folded` as an SVG; returns false (and writes nothing) when it is empty.
+pub fn render(folded: &Folded, kind: Kind, title: &str, path: &Path) -> Result<bool> {
+    if folded.is_empty() {
+        return Ok(false);
+    }
+    let mut map = palette(folded, kind);
+    let mut opts = options(title, kind.width_means(), Some(&mut map));
+    let l = lines(folded);
+    let file = fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+    flamegraph::from_lines(&mut opts, l.iter().map(String::as_str), file)
+        .with_context(|| format!("rendering {}", path.display()))?;
+    Ok(true)
+}
+
+/// The differential folded lines ("stack before after") of two folded sets.
+pub fn diff_lines(before: &Folded, after: &Folded) -> Result<String> {
+    let mut out = Vec::new();
+    inferno::differential::from_readers(
+        inferno::differential::Options::default(),
+        BufReader::new(lines(before).join("\n").as_bytes()),
+        BufReader::new(lines(after).join("\n").as_bytes()),
+        &mut out,
+    )?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// A differential graph: shapes and widths from `after`, red where `after` spent more time
+/// than `before`, blue where less, white where the same.
+pub fn render_diff(
+    before: &Folded,
+    after: &Folded,
+    title: &str,
+    subtitle: &str,
+    path: &Path,
+) -> Result<bool> {
+    if before.is_empty() && after.is_empty() {
+        return Ok(false);
+    }
+    let d = diff_lines(before, after)?;
+    let mut opts = options(title, subtitle, None);
+    let file = fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+    flamegraph::from_lines(&mut opts, d.lines(), file)
+        .with_context(|| format!("rendering {}", path.display()))?;
+    Ok(true)
+}
+
+/// Writes the folded files and SVGs of every kind with data into `dir`, named
+/// `{stem}.{kind}.folded|svg`; `title` says what was traced. Returns kind → path written.
+pub fn write_all(
+    stacks: &Stacks,
+    dir: &Path,
+    stem: &str,
+    title: &str,
+    svg: bool,
+) -> Result<BTreeMap<String, PathBuf>> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut out = BTreeMap::new();
+    for kind in Kind::ALL {
+        let f = fold(stacks, kind);
+        if f.is_empty() {
+            continue;
+        }
+        let folded = dir.join(format!("{stem}.{}.folded", kind.file_stem()));
+        write_folded(&f, &folded)?;
+        out.insert(format!("{}.folded", kind.file_stem()), folded);
+        if !svg {
+            continue;
+        }
+        let svg = dir.join(format!("{stem}.{}.svg", kind.file_stem()));
+        let t = format!("{title} · {}", kind_title(kind));
+        if render(&f, kind, &t, &svg)? {
+            out.insert(format!("{}.svg", kind.file_stem()), svg);
+        }
+    }
+    Ok(out)
+}
+
+pub fn kind_title(kind: Kind) -> &'static str {
+    match kind {
+        Kind::OnCpu => "on-CPU",
+        Kind::OffCpu => "off-CPU",
+        Kind::Combined => "on- and off-CPU",
+        Kind::Background => "kernel background work",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stacks() -> Stacks {
+        let s = |class, ns, k: &[&str]| WeightedStack {
+            comm: "rm".into(),
+            class,
+            kernel: k.iter().map(|x| x.to_string()).collect(),
+            user: vec!["main".into()],
+            ns,
+            count: 1,
+            ..Default::default()
+        };
+        Stacks {
+            target: vec![
+                s(0, 3_000_000, &["do_unlinkat", "xfs_remove"]),
+                s(2, 5_000_000, &["do_unlinkat", "xfs_buf_iowait", "schedule"]),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn folds_and_renders() {
+        let st = stacks();
+        let on = fold(&st, Kind::OnCpu);
+        assert_eq!(
+            on.get("rm;main;do_unlinkat_[k];xfs_remove_[k]"),
+            Some(&3000)
+        );
+        let off = fold(&st, Kind::OffCpu);
+        assert_eq!(
+            off.get("rm;[other D-wait];main;do_unlinkat_[k];xfs_buf_iowait_[k];schedule_[k]"),
+            Some(&5000)
+        );
+        let comb = fold(&st, Kind::Combined);
+        assert_eq!(total_us(&comb), 8000);
+        assert!(
+            comb.keys()
+                .any(|k| k.contains("[other D-wait]_[w];main_[w]"))
+        );
+        let dir = std::env::temp_dir().join(format!("fsprof-flame-test-{}", std::process::id()));
+        let files = write_all(&st, &dir, "t", "xfs · rm", true).unwrap();
+        let svg = fs::read_to_string(&files["combined.svg"]).unwrap();
+        assert!(svg.contains("xfs · rm · on- and off-CPU"));
+        let back = read_folded(&files["off-cpu.folded"]).unwrap();
+        assert_eq!(back, off);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn self_diff_has_no_change() {
+        let off = fold(&stacks(), Kind::Combined);
+        let d = diff_lines(&off, &off).unwrap();
+        for l in d.lines() {
+            let mut it = l.rsplitn(3, ' ');
+            let (a, b) = (it.next().unwrap(), it.next().unwrap());
+            assert_eq!(a, b, "{l}");
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Flame graphs of a run: per cell (filesystem × step) the passes' folded stacks summed and
+//! drawn, and per step differential graphs of every filesystem against the first one.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use super::results::RunResult;
+use crate::report::flame::{self, Folded, Kind};
+
+/// Graph files of a run, paths relative to the results file's directory.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunFlames {
+    /// step → fs → "off-cpu.svg" (etc.) → path.
+    pub cells: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
+    pub diffs: Vec<FlameDiff>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FlameDiff {
+    pub step: String,
+    /// The filesystem compared against (the run's first).
+    pub base: String,
+    pub fs: String,
+    pub kind: String,
+    pub path: String,
+}
+
+/// Kinds that get differential graphs.
+const DIFF_KINDS: [Kind; 3] = [Kind::OffCpu, Kind::OnCpu, Kind::Combined];
+
+fn rel(path: &Path, base: &Path) -> String {
+    path.strip_prefix(base)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// Folded stacks by kind ("off-cpu", …) of one cell, passes summed.
+type CellFolded = BTreeMap<&'static str, Folded>;
+/// Steps in run order, each with its filesystems in run order.
+type Cells = Vec<(String, Vec<(String, CellFolded)>)>;
+
+/// Sums the passes' folded files of each cell, draws them, and draws the diffs.
+pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFlames> {
+    let mut out = RunFlames::default();
+    // step → fs → kind → folded (passes summed); in run order.
+    let mut merged: Cells = Vec::new();
+    for f in &result.filesystems {
+        for p in &f.passes {
+            for s in &p.steps {
+                let si = match merged.iter().position(|(n, _)| n == &s.step) {
+                    Some(i) => i,
+                    None => {
+                        merged.push((s.step.clone(), Vec::new()));
+                        merged.len() - 1
+                    }
+                };
+                let cells = &mut merged[si].1;
+                let fi = match cells.iter().position(|(n, _)| n == &f.fs) {
+                    Some(i) => i,
+                    None => {
+                        cells.push((f.fs.clone(), BTreeMap::new()));
+                        cells.len() - 1
+                    }
+                };
+                for kind in Kind::ALL {
+                    let key = format!("{}.folded", kind.file_stem());
+                    if let Some(path) = s.trace.flames.get(&key) {
+                        let folded = flame::read_folded(Path::new(path))?;
+                        flame::merge(cells[fi].1.entry(kind.file_stem()).or_default(), &folded);
+                    }
+                }
+            }
+        }
+    }
+    let passes = |fs: &str| {
+        result
+            .filesystems
+            .iter()
+            .filter(|f| f.fs == fs)
+            .map(|f| f.passes.len())
+            .sum::<usize>()
+    };
+    for (step, cells) in &merged {
+        let step_dir = dir.join(step);
+        std::fs::create_dir_all(&step_dir)?;
+        for (fs, kinds) in cells {
+            let n = passes(fs);
+            let title = format!(
+                "{fs} · {step} · {n} pass{} summed · kernel {}",
+                if n == 1 { "" } else { "es" },
+                result.kernel
+            );
+            let entry = out
+                .cells
+                .entry(step.clone())
+                .or_default()
+                .entry(fs.clone())
+                .or_default();
+            for kind in Kind::ALL {
+                let Some(f) = kinds.get(kind.file_stem()) else {
+                    continue;
+                };
+                let folded = step_dir.join(format!("{fs}.{}.folded", kind.file_stem()));
+                flame::write_folded(f, &folded)?;
+                entry.insert(
+                    format!("{}.folded", kind.file_stem()),
+                    rel(&folded, results_dir),
+                );
+                let svg = step_dir.join(format!("{fs}.{}.svg", kind.file_stem()));
+                let t = format!("{title} · {}", flame::kind_title(kind));
+                if flame::render(f, kind, &t, &svg)? {
+                    entry.insert(format!("{}.svg", kind.file_stem()), rel(&svg, results_dir));
+                }
+            }
+        }
+        let Some((base, base_kinds)) = cells.first() else {
+            continue;
+        };
+        for (fs, kinds) in cells.iter().skip(1) {
+            for kind in DIFF_KINDS {
+                let empty = Folded::new();
+                let before = base_kinds.get(kind.file_stem()).unwrap_or(&empty);
+                let after = kinds.get(kind.file_stem()).unwrap_or(&empty);
+                let svg = step_dir.join(format!("{fs}-vs-{base}.{}.diff.svg", kind.file_stem()));
+                let title = format!(
+                    "{step}: {fs} vs {base} · {} · kernel {}",
+                    flame::kind_title(kind),
+                    result.kernel
+                );
+                let sub = format!(
+                    "shapes and widths: {fs} ({} µs); red: more time on {fs} than on {base} ({} µs), blue: less",
+                    flame::total_us(after),
+                    flame::total_us(before)
+                );
+                if flame::render_diff(before, after, &title, &sub, &svg)? {
+                    out.diffs.push(FlameDiff {
+                        step: step.clone(),
+                        base: base.clone(),
+                        fs: fs.clone(),
+                        kind: kind.file_stem().to_string(),
+                        path: rel(&svg, results_dir),
+                    });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `fsprof-results.json` → `fsprof-results.flames`.
+pub fn default_dir(results: &Path) -> PathBuf {
+    results.with_extension("flames")
+}

@@ -1,0 +1,300 @@
+//! Stacks and flame graphs against the real kernel: the hot function of a CPU-bound binary
+//! tops its on-CPU graph; a direct-I/O writer waits in io_schedule; an xfs tree delete
+//! waits in xfs code and leaves xfs background work; stack weights add up to the tracer's
+//! time classes; every SVG is XML naming its cell; a self-diff shows no change.
+
+use std::{path::Path, process::Command};
+
+use fsprof::lab::FsKind;
+use fsprof_tests::*;
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+fn within(a: f64, b: f64, frac: f64) -> bool {
+    (a - b).abs() <= frac * b.max(1.0)
+}
+
+#[test]
+fn cpu_bound_binary_hot_function_tops_on_cpu_graph() {
+    if !root_or_skip("cpu_bound_binary_hot_function_tops_on_cpu_graph") {
+        return;
+    }
+    let out = TempDir::new("hot");
+    let bin = env!("CARGO_BIN_EXE_spawner");
+    let r = trace_with_stacks(argv(&[bin, "spin", "1500"]), None, None, &out.0);
+    let on = read_folded(Path::new(&r.flames["on-cpu.folded"]));
+    let total: u64 = on.values().sum();
+    // Samples whose leaf (top) frame is the spin loop.
+    let hot: u64 = on
+        .iter()
+        .filter(|(k, _)| {
+            k.rsplit(';')
+                .next()
+                .is_some_and(|leaf| leaf.contains("spin"))
+        })
+        .map(|(_, v)| v)
+        .sum();
+    assert!(
+        hot as f64 > 0.8 * total as f64,
+        "spin on top in {hot} of {total} µs: {on:#?}"
+    );
+    // Sampled on-CPU time vs the tracer core's exact on-CPU time: within 5 %.
+    let s = r.stacks.as_ref().unwrap();
+    assert!(
+        within(
+            s.on_cpu_sampled_ns as f64,
+            r.profile.time.on_cpu.ns as f64,
+            0.05
+        ),
+        "sampled {} vs traced {}",
+        s.on_cpu_sampled_ns,
+        r.profile.time.on_cpu.ns
+    );
+    assert!(
+        within(total as f64, us(r.profile.time.on_cpu.ns), 0.05),
+        "folded {total} µs vs traced {} ns",
+        r.profile.time.on_cpu.ns
+    );
+    assert!(
+        !s.capture_problems.contains_key("stack_table_full"),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
+    if !root_or_skip("direct_io_off_cpu_is_io_wait_under_io_schedule") {
+        return;
+    }
+    let out = TempDir::new("dio");
+    let fs = lab(FsKind::Ext4, 512 << 20, "");
+    let r = trace_with_stacks(
+        argv(&[
+            "dd",
+            "if=/dev/zero",
+            "of=data",
+            "bs=64k",
+            "count=2000",
+            "oflag=direct",
+            "status=none",
+        ]),
+        Some(fs.mountpoint()),
+        Some(&fs),
+        &out.0,
+    );
+    let off = read_folded(Path::new(&r.flames["off-cpu.folded"]));
+    let total: u64 = off.values().sum();
+    let io_sched: u64 = off
+        .iter()
+        .filter(|(k, _)| k.contains(";[I/O wait];") && k.contains("io_schedule"))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(
+        io_sched as f64 > 0.5 * total as f64,
+        "I/O wait under io_schedule {io_sched} of {total} µs: {off:#?}"
+    );
+    // Off-CPU weights are the tracer's off-CPU intervals: equal, but for µs rounding.
+    let traced = r.profile.time.off_cpu_ns();
+    let s = r.stacks.as_ref().unwrap();
+    assert_eq!(s.off_cpu_ns, traced, "stack off-CPU ns vs time classes");
+    assert!(
+        within(total as f64, us(traced), 0.05),
+        "{total} µs vs {traced} ns"
+    );
+    assert!(
+        within(
+            s.off_cpu_by_class["io_wait"] as f64,
+            r.profile.time.io_wait.ns as f64,
+            0.0
+        ),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn xfs_delete_tree_waits_in_xfs_and_leaves_background_work() {
+    if !root_or_skip("xfs_delete_tree_waits_in_xfs_and_leaves_background_work") {
+        return;
+    }
+    let out = TempDir::new("xfsrm");
+    let fs = lab(FsKind::Xfs, 1 << 30, "");
+    make_tree(&fs.mountpoint().join("tree"), 300, 40).unwrap();
+    fs.syncfs().unwrap();
+    drop_caches();
+    let r = trace_with_stacks(
+        argv(&["rm", "-rf", "tree"]),
+        Some(fs.mountpoint()),
+        Some(&fs),
+        &out.0,
+    );
+    assert_eq!(r.exit_code, Some(0));
+    let off = read_folded(Path::new(&r.flames["off-cpu.folded"]));
+    let xfs: u64 = off
+        .iter()
+        .filter(|(k, _)| k.split(';').any(|f| f.starts_with("xfs_")))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(xfs > 0, "no xfs_ frames off-CPU: {off:#?}");
+    // After rm returns, xfs inactivates the unlinked inodes in its inodegc workers; the
+    // quiesce after syncfs waits for them, so their work lands in this trace.
+    let bg = r.background.as_ref().unwrap();
+    let bg_folded = read_folded(Path::new(&r.flames["background.folded"]));
+    assert!(
+        bg_folded.keys().any(|k| k.contains("xfs_inodegc_worker")),
+        "no inodegc work in background: {bg:?}"
+    );
+    assert!(r.quiesce_ns.is_some());
+    let f = r.profile.fs_events.as_ref().unwrap();
+    assert!(
+        f.events
+            .iter()
+            .any(|e| e.name.starts_with("xfs:") && e.filtered)
+    );
+}
+
+#[test]
+fn fs_events_count_only_the_filesystem_under_test() {
+    if !root_or_skip("fs_events_count_only_the_filesystem_under_test") {
+        return;
+    }
+    let out = TempDir::new("fsev");
+    let fs = lab(FsKind::Ext4, 256 << 20, "");
+    let host = std::env::temp_dir().join(format!("fsprof-host-fsync-{}", std::process::id()));
+    // Five fsyncs on the lab filesystem, three on the host's (ext4 on these machines).
+    let script = format!(
+        "for i in 1 2 3 4 5; do dd if=/dev/zero of=f$i bs=4k count=4 conv=fsync status=none; done; \
+         for i in 1 2 3; do dd if=/dev/zero of={h}$i bs=4k count=4 conv=fsync status=none; done; rm -f {h}*",
+        h = host.display()
+    );
+    let r = trace_with_stacks(
+        argv(&["sh", "-c", &script]),
+        Some(fs.mountpoint()),
+        Some(&fs),
+        &out.0,
+    );
+    let calls: u64 = r
+        .profile
+        .syscalls
+        .iter()
+        .filter(|s| s.name == "fsync")
+        .map(|s| s.count)
+        .sum();
+    assert_eq!(calls, 8, "fsync syscalls");
+    let f = r.profile.fs_events.as_ref().unwrap();
+    let count = |n: &str| f.events.iter().find(|e| e.name == n).map(|e| e.count);
+    assert_eq!(count("ext4:ext4_sync_file_enter"), Some(5), "{f:#?}");
+    let pair = f.pairs.iter().find(|p| p.name == "ext4_sync_file").unwrap();
+    assert_eq!(pair.count, 5);
+    assert!(pair.latency.max > 0 && pair.total_ns >= pair.latency.p50);
+    let commits = f.pairs.iter().find(|p| p.name == "jbd2_commit");
+    assert!(commits.is_some_and(|c| c.count >= 1), "{f:#?}");
+}
+
+fn parse(text: &str) -> Result<roxmltree::Document<'_>, roxmltree::Error> {
+    // inferno's SVGs carry the SVG 1.1 DOCTYPE.
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    roxmltree::Document::parse_with_options(text, opts)
+}
+
+fn svg_title(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc = parse(&text).unwrap_or_else(|e| panic!("{} is not XML: {e}", path.display()));
+    doc.descendants()
+        .find(|n| n.has_tag_name("text") && n.attribute("id") == Some("title"))
+        .and_then(|n| n.text())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn frame_fills(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc = parse(&text).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("rect"))
+        .filter_map(|n| n.attribute("fill"))
+        .filter(|f| f.starts_with("rgb("))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
+    if !root_or_skip("run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral") {
+        return;
+    }
+    let out = TempDir::new("runflames");
+    let json = out.0.join("r.json");
+    let st = Command::new(fsprof_bin())
+        .args([
+            "run", "--suite", "none", "--fs", "ext4,xfs", "--passes", "1",
+        ])
+        .args([
+            "--step",
+            "write=dd if=/dev/zero of={mnt}/f bs=64k count=800 oflag=direct status=none",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let cells = r["flames"]["cells"]["write"].as_object().unwrap();
+    assert_eq!(cells.len(), 2, "{cells:?}");
+    let mut svgs = 0;
+    for (fs, files) in cells {
+        for (kind, path) in files.as_object().unwrap() {
+            if !kind.ends_with(".svg") {
+                continue;
+            }
+            let title = svg_title(&out.0.join(path.as_str().unwrap()));
+            assert!(
+                title.contains(fs.as_str()) && title.contains("write"),
+                "{title}"
+            );
+            assert!(title.contains("kernel"), "{title}");
+            svgs += 1;
+        }
+    }
+    assert!(svgs >= 6, "{svgs} SVGs");
+    let diffs = r["flames"]["diffs"].as_array().unwrap();
+    assert!(!diffs.is_empty());
+    for d in diffs {
+        svg_title(&out.0.join(d["path"].as_str().unwrap()));
+    }
+    // A cell against itself: every frame white; against another filesystem: some are not.
+    let ext4 = out
+        .0
+        .join(cells["ext4"]["off-cpu.folded"].as_str().unwrap());
+    let xfs = out.0.join(cells["xfs"]["off-cpu.folded"].as_str().unwrap());
+    let diff = |a: &Path, b: &Path, name: &str| {
+        let svg = out.0.join(name);
+        let st = Command::new(fsprof_bin())
+            .arg("flame-diff")
+            .args([a, b])
+            .arg("-o")
+            .arg(&svg)
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        frame_fills(&svg)
+    };
+    let same = diff(&ext4, &ext4, "self.svg");
+    assert!(!same.is_empty());
+    assert!(same.iter().all(|f| f == "rgb(250,250,250)"), "{same:?}");
+    let other = diff(&ext4, &xfs, "other.svg");
+    assert!(other.iter().any(|f| f != "rgb(250,250,250)"), "{other:?}");
+}
