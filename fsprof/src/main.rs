@@ -66,9 +66,12 @@ struct RunArgs {
     /// Comma-separated filesystems, e.g. ext4,xfs,btrfs (see `fsprof list`).
     #[arg(long, default_value = "ext4,xfs,btrfs")]
     fs: String,
-    /// quick (default), desktop, build-tree, file-server, full.
+    /// quick (default), desktop, build-tree, file-server, iozone, distro, full, none.
     #[arg(long, default_value = "quick")]
     suite: String,
+    /// Only these steps of the suite, comma-separated (e.g. extract-tree,delete-tree).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
     /// Passes per filesystem, each on a freshly made filesystem.
     #[arg(long, default_value_t = 3)]
     passes: u32,
@@ -204,6 +207,7 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         stacks: a.stacks.options(),
         fs_events: !a.stacks.no_fs_events,
         quiesce: !a.no_quiesce,
+        only: a.only.clone(),
         flames_dir: a
             .stacks
             .flames

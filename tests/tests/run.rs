@@ -42,7 +42,12 @@ fn run_ok(tag: &str, args: &[&str]) -> (String, RunResult) {
     let r = RunResult::load(&json).unwrap();
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(json.with_extension("csv"));
+    let _ = std::fs::remove_dir_all(json.with_extension("flames"));
     (stdout, r)
+}
+
+fn quick_steps_len() -> usize {
+    fsprof::suite::Suite::find("quick").unwrap().steps.len()
 }
 
 #[test]
@@ -55,6 +60,20 @@ fn quick_suite_fills_every_cell() {
         &["--fs", "ext4,xfs,btrfs", "--passes", "2", "--scale", "0.02"],
     );
     assert!(r.complete);
+    // Every cell has stacks and flame graphs (folded per pass, SVGs per cell).
+    assert_eq!(
+        r.flames.cells.len(),
+        quick_steps_len(),
+        "{:?}",
+        r.flames.cells.keys()
+    );
+    for (step, cells) in &r.flames.cells {
+        assert_eq!(cells.len(), 3, "{step}: {:?}", cells.keys());
+        for (fs, files) in cells {
+            assert!(files.contains_key("combined.svg"), "{step} {fs}: {files:?}");
+        }
+    }
+    assert_eq!(r.flames.diffs.len(), quick_steps_len() * 2 * 3);
     let quick = Suite::find("quick").unwrap();
     assert_eq!(r.filesystems.len(), 3);
     for f in &r.filesystems {
@@ -305,6 +324,7 @@ fn sigint_mid_run_leaves_nothing_and_a_valid_partial_file() {
     let r = RunResult::load(&json).unwrap();
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(json.with_extension("csv"));
+    let _ = std::fs::remove_dir_all(json.with_extension("flames"));
     assert!(
         !r.complete && r.interrupted.is_some(),
         "{:?}",
@@ -355,6 +375,7 @@ fn devices_in_use_or_with_data_are_refused() {
     );
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(json.with_extension("csv"));
+    let _ = std::fs::remove_dir_all(json.with_extension("flames"));
     // Now it carries the ext4 fsprof made: refused without --force.
     let refused = run_on(&[]);
     let err = String::from_utf8_lossy(&refused.stderr);
@@ -525,4 +546,5 @@ fn report_rerenders_results_and_rejects_broken_files() {
     for f in [&json, &broken, &json.with_extension("csv")] {
         let _ = std::fs::remove_file(f);
     }
+    let _ = std::fs::remove_dir_all(json.with_extension("flames"));
 }

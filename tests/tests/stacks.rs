@@ -16,6 +16,14 @@ fn within(a: f64, b: f64, frac: f64) -> bool {
     (a - b).abs() <= frac * b.max(1.0)
 }
 
+/// Total weight of the folded stacks that satisfy `pred`.
+fn weight_where(
+    folded: &std::collections::BTreeMap<String, u64>,
+    pred: impl Fn(&str) -> bool,
+) -> u64 {
+    folded.iter().filter(|(k, _)| pred(k)).map(|(_, v)| v).sum()
+}
+
 #[test]
 fn cpu_bound_binary_hot_function_tops_on_cpu_graph() {
     if !root_or_skip("cpu_bound_binary_hot_function_tops_on_cpu_graph") {
@@ -86,11 +94,9 @@ fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
     );
     let off = read_folded(Path::new(&r.flames["off-cpu.folded"]));
     let total: u64 = off.values().sum();
-    let io_sched: u64 = off
-        .iter()
-        .filter(|(k, _)| k.contains(";[I/O wait];") && k.contains("io_schedule"))
-        .map(|(_, v)| v)
-        .sum();
+    let io_sched = weight_where(&off, |k| {
+        k.contains(";[I/O wait];") && k.contains("io_schedule")
+    });
     assert!(
         io_sched as f64 > 0.5 * total as f64,
         "I/O wait under io_schedule {io_sched} of {total} µs: {off:#?}"
@@ -103,12 +109,8 @@ fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
         within(total as f64, us(traced), 0.05),
         "{total} µs vs {traced} ns"
     );
-    assert!(
-        within(
-            s.off_cpu_by_class["io_wait"] as f64,
-            r.profile.time.io_wait.ns as f64,
-            0.0
-        ),
+    assert_eq!(
+        s.off_cpu_by_class["io_wait"], r.profile.time.io_wait.ns,
         "{s:?}"
     );
 }
@@ -131,11 +133,7 @@ fn xfs_delete_tree_waits_in_xfs_and_leaves_background_work() {
     );
     assert_eq!(r.exit_code, Some(0));
     let off = read_folded(Path::new(&r.flames["off-cpu.folded"]));
-    let xfs: u64 = off
-        .iter()
-        .filter(|(k, _)| k.split(';').any(|f| f.starts_with("xfs_")))
-        .map(|(_, v)| v)
-        .sum();
+    let xfs = weight_where(&off, |k| k.split(';').any(|f| f.starts_with("xfs_")));
     assert!(xfs > 0, "no xfs_ frames off-CPU: {off:#?}");
     // After rm returns, xfs inactivates the unlinked inodes in its inodegc workers; the
     // quiesce after syncfs waits for them, so their work lands in this trace.

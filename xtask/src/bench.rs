@@ -98,46 +98,66 @@ pub fn overhead(runs: usize) -> Result<()> {
             .output()?
             .stdout,
     )?;
-    let (mut plain, mut traced, mut traced_cmd) = (Vec::new(), Vec::new(), Vec::new());
+    // (label, extra fsprof trace arguments): the tracer core alone, then with stacks.
+    let variants: [(&str, &[&str]); 2] = [
+        ("core (--no-stacks)", &["--no-stacks"]),
+        ("core + stacks (default)", &[]),
+    ];
+    let mut plain = Vec::new();
+    let mut traced: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
+    let mut traced_cmd: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
     let json = tmp.0.join("trace.json");
+    let flames = tmp.0.join("flames");
+    let copy = tmp.0.join("copy");
     for i in 0..runs {
-        let copy = tmp.0.join("copy");
         run(Command::new("cp").arg("-a").arg(&src).arg(&copy))?;
         plain.push(timed(Command::new("rm").arg("-rf").arg(&copy))?);
-        run(Command::new("cp").arg("-a").arg(&src).arg(&copy))?;
-        traced.push(timed(
-            Command::new(&fsprof)
-                .args(["trace", "--json"])
-                .arg(&json)
-                .args(["--", "rm", "-rf"])
-                .arg(&copy)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null()),
-        )?);
-        traced_cmd.push(traced_wall(&json)?);
-        eprintln!(
-            "bench: run {}: plain {:.3}s, fsprof trace {:.3}s (command {:.3}s)",
-            i + 1,
-            plain[i].as_secs_f64(),
-            traced[i].as_secs_f64(),
-            traced_cmd[i].as_secs_f64()
-        );
+        for (v, (label, args)) in variants.iter().enumerate() {
+            run(Command::new("cp").arg("-a").arg(&src).arg(&copy))?;
+            traced[v].push(timed(
+                Command::new(&fsprof)
+                    .args(["trace", "--json"])
+                    .arg(&json)
+                    .arg("--flames")
+                    .arg(&flames)
+                    .args(*args)
+                    .args(["--", "rm", "-rf"])
+                    .arg(&copy)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null()),
+            )?);
+            traced_cmd[v].push(traced_wall(&json)?);
+            eprintln!(
+                "bench: run {}: plain {:.3}s, {label}: fsprof trace {:.3}s (command {:.3}s)",
+                i + 1,
+                plain[i].as_secs_f64(),
+                traced[v][i].as_secs_f64(),
+                traced_cmd[v][i].as_secs_f64()
+            );
+        }
     }
-    let (p, t, c) = (median(plain), median(traced), median(traced_cmd));
+    let p = median(plain);
     println!(
         "rm -rf of a kernel tree ({} entries) on tmpfs, median of {runs}:",
         entries.trim()
     );
-    println!("  plain rm -rf                 {:.3}s", p.as_secs_f64());
     println!(
-        "  fsprof trace -- rm -rf       {:.3}s  (ratio {:.2}, incl. loading probes)",
-        t.as_secs_f64(),
-        t.as_secs_f64() / p.as_secs_f64()
+        "  plain rm -rf                         {:.3}s",
+        p.as_secs_f64()
     );
-    println!(
-        "  rm -rf while traced          {:.3}s  (ratio {:.2})",
-        c.as_secs_f64(),
-        c.as_secs_f64() / p.as_secs_f64()
-    );
+    for (v, (label, _)) in variants.iter().enumerate() {
+        let (t, c) = (median(traced[v].clone()), median(traced_cmd[v].clone()));
+        println!("  {label}:");
+        println!(
+            "    fsprof trace -- rm -rf             {:.3}s  (ratio {:.2}, incl. loading probes)",
+            t.as_secs_f64(),
+            t.as_secs_f64() / p.as_secs_f64()
+        );
+        println!(
+            "    rm -rf while traced                {:.3}s  (ratio {:.2})",
+            c.as_secs_f64(),
+            c.as_secs_f64() / p.as_secs_f64()
+        );
+    }
     Ok(())
 }

@@ -26,7 +26,7 @@ fn work_class(work: &str) -> Option<&'static str> {
         "xfs_end_io" | "xfs_buf_ioend_work" | "xfs_end_bio" => "xfs-ioend",
         "xfs_blockgc_worker" => "xfs-blockgc",
         "wb_workfn" => "writeback",
-        "loop_workfn" | "loop_rootcg_workfn" => "loop",
+        w if w.starts_with("loop_") => "loop",
         w if w.starts_with("xfs") || w.starts_with("xlog") => "xfs-other",
         w if w.starts_with("btrfs") => "btrfs-workers",
         w if w.starts_with("ext4") => "ext4",

@@ -150,7 +150,10 @@ fn recursion_misses(probes: &Probes) -> BTreeMap<String, u64> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fdinfo") else {
         return out;
     };
-    for info in dir.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()) {
+    for info in dir
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+    {
         let field = |k: &str| {
             info.lines()
                 .find_map(|l| l.strip_prefix(k))

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::{
     table::table,
-    units::{bytes, seconds},
+    units::{bytes, duration_ns, seconds},
 };
 use crate::run::results::{RunResult, StepRun};
 
@@ -25,35 +25,81 @@ fn median(mut v: Vec<u64>) -> u64 {
     }
 }
 
-fn row(fs: &str, pass: String, cells: [u64; 7], cpu: f64) -> Vec<String> {
-    let [wall, user, sys, io, dwait, rq, sync] = cells;
-    vec![
+/// Columns after CPU%: user, sys, kernel background, I/O wait, other D, run-queue, syncfs,
+/// quiesce.
+const COLS: usize = 9;
+
+fn row(fs: &str, pass: String, cells: [u64; COLS], cpu: f64) -> Vec<String> {
+    let [wall, rest @ ..] = cells;
+    let mut v = vec![
         fs.to_string(),
         pass,
         clock(wall),
         String::new(),
         format!("{cpu:.0}%"),
-        seconds(user),
-        seconds(sys),
-        seconds(io),
-        seconds(dwait),
-        seconds(rq),
-        seconds(sync),
-    ]
+    ];
+    v.extend(rest.iter().map(|&ns| seconds(ns)));
+    v
 }
 
-fn cells(s: &StepRun) -> [u64; 7] {
+fn cells(s: &StepRun) -> [u64; COLS] {
     let t = &s.trace;
     let time = &t.profile.time;
     [
         t.wall_ns,
         t.user_ns,
         t.sys_ns,
+        t.background.as_ref().map(|b| b.ns).unwrap_or(0),
         time.io_wait.ns,
         time.uninterruptible.ns,
         time.run_queue.ns,
         s.syncfs_ns,
+        t.quiesce_ns.unwrap_or(0),
     ]
+}
+
+/// One line per filesystem: the fs's own begin/end latencies and most frequent events.
+fn fs_event_lines(o: &mut String, fs: &str, runs: &[&StepRun]) {
+    let Some(f) = runs
+        .first()
+        .and_then(|s| s.trace.profile.fs_events.as_ref())
+    else {
+        return;
+    };
+    let pairs: Vec<String> = f
+        .pairs
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {}× p50 {} p99 {}",
+                p.name,
+                p.count,
+                duration_ns(p.latency.p50),
+                duration_ns(p.latency.p99)
+            )
+        })
+        .collect();
+    let events: Vec<String> = f
+        .events
+        .iter()
+        .filter(|e| e.filtered)
+        .take(3)
+        .map(|e| format!("{} {}", e.name, e.count))
+        .collect();
+    if pairs.is_empty() && events.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "  {fs} pass 1 tracepoints: {}{}{}",
+        pairs.join(", "),
+        if pairs.is_empty() || events.is_empty() {
+            ""
+        } else {
+            "; "
+        },
+        events.join(", ")
+    );
 }
 
 pub fn render(r: &RunResult) -> String {
@@ -92,20 +138,18 @@ pub fn render(r: &RunResult) -> String {
         "CPU",
         "user",
         "sys",
+        "kernel bg",
         "I/O wait",
         "other D",
         "run-queue",
         "syncfs",
+        "quiesce",
     ];
     for step in &steps {
         let _ = writeln!(o, "\n{step}");
         let mut rows = Vec::new();
         for f in &r.filesystems {
-            let runs: Vec<&StepRun> = f
-                .passes
-                .iter()
-                .filter_map(|p| p.steps.iter().find(|s| &s.step == step))
-                .collect();
+            let runs = f.runs_of(step);
             for (i, s) in runs.iter().enumerate() {
                 rows.push(row(
                     &f.fs,
@@ -133,6 +177,9 @@ pub fn render(r: &RunResult) -> String {
             }
         }
         o.push_str(&table(&header, &rows));
+        for f in &r.filesystems {
+            fs_event_lines(&mut o, &f.fs, &f.runs_of(step));
+        }
         for f in &r.filesystems {
             for p in &f.passes {
                 for s in p

@@ -90,6 +90,8 @@ pub struct RunOptions {
     pub quiesce: bool,
     /// Where folded stacks and flame graphs go (with `stacks`).
     pub flames_dir: PathBuf,
+    /// Only these steps of the suite (empty: all), in the suite's order.
+    pub only: Vec<String>,
 }
 
 fn opts_for(list: &[(Option<FsKind>, String)], kind: FsKind) -> Vec<String> {
@@ -157,15 +159,40 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
     let size = opts.size.unwrap_or_else(|| opts.suite.image_size(&ctx));
     let me = std::env::current_exe().context("locating the fsprof binary")?;
 
-    for &step in opts.suite.steps {
-        workload::prepare(step, &ctx)?;
+    let with_pgbench = opts.suite.pgbench_spec().is_some();
+    for o in &opts.only {
+        let known = opts.suite.steps.iter().any(|s| s.name() == o);
+        if !(known || with_pgbench && o == "pgbench") {
+            let mut names: Vec<&str> = opts.suite.steps.iter().map(|s| s.name()).collect();
+            if with_pgbench {
+                names.push("pgbench");
+            }
+            anyhow::bail!(
+                "step {o:?} is not in suite {} (its steps: {})",
+                opts.suite.name,
+                names.join(", ")
+            );
+        }
     }
-    let steps: Vec<RunStep> = opts
+    let suite_steps: Vec<Step> = opts
         .suite
         .steps
         .iter()
+        .copied()
+        .filter(|s| opts.only.is_empty() || opts.only.iter().any(|o| o == s.name()))
+        .collect();
+    for &step in &suite_steps {
+        workload::prepare(step, &ctx)?;
+    }
+    let steps: Vec<RunStep> = suite_steps
+        .iter()
         .map(|&s| RunStep::Builtin(s))
-        .chain(opts.suite.pgbench_spec().map(RunStep::Pgbench))
+        .chain(
+            opts.suite
+                .pgbench_spec()
+                .filter(|_| opts.only.is_empty() || opts.only.iter().any(|o| o == "pgbench"))
+                .map(RunStep::Pgbench),
+        )
         .chain(opts.extra_steps.iter().cloned())
         .collect();
     let mut result = RunResult {

@@ -43,6 +43,16 @@ pub struct FsRun {
     pub passes: Vec<PassRun>,
 }
 
+impl FsRun {
+    /// The cells of `step`, one per pass that ran it.
+    pub fn runs_of(&self, step: &str) -> Vec<&StepRun> {
+        self.passes
+            .iter()
+            .filter_map(|p| p.steps.iter().find(|s| s.step == step))
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PassRun {
     pub pass: u32,
@@ -101,7 +111,8 @@ impl RunResult {
     pub fn to_csv(&self) -> String {
         let mut out = String::from(
             "fs,pass,step,wall_s,user_s,sys_s,cpu_percent,on_cpu_s,io_wait_s,uninterruptible_s,\
-             sleep_s,run_queue_s,syncfs_s,block_read_bytes,block_write_bytes,syscalls,lost_events\n",
+             sleep_s,run_queue_s,syncfs_s,quiesce_s,kernel_background_s,block_read_bytes,block_write_bytes,\
+             syscalls,lost_events\n",
         );
         let s = |ns: u64| format!("{:.6}", ns as f64 / 1e9);
         for f in &self.filesystems {
@@ -120,7 +131,7 @@ impl RunResult {
                     let calls: u64 = t.profile.syscalls.iter().map(|c| c.count).sum();
                     let lost: u64 = t.profile.lost.values().sum();
                     out.push_str(&format!(
-                        "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{}\n",
+                        "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                         f.fs,
                         p.pass,
                         st.step,
@@ -134,6 +145,8 @@ impl RunResult {
                         s(time.sleep.ns),
                         s(time.run_queue.ns),
                         s(st.syncfs_ns),
+                        s(t.quiesce_ns.unwrap_or(0)),
+                        s(t.background.as_ref().map(|b| b.ns).unwrap_or(0)),
                         block("read"),
                         block("write"),
                         calls,

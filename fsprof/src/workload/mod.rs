@@ -380,5 +380,11 @@ fn fan_out(step: Step, ctx: &Ctx) -> Result<()> {
 /// Entry point of `fsprof workload`.
 pub fn run_cli(step: &str, ctx_json: &str) -> Result<()> {
     let ctx: Ctx = serde_json::from_str(ctx_json).context("bad --ctx")?;
-    run(Step::parse(step)?, &ctx)
+    let step = Step::parse(step)?;
+    // The thread name is what stacks and flame graphs show as the process: the step's name
+    // (first 15 bytes) says more than "fsprof".
+    if let Ok(name) = std::ffi::CString::new(step.name()) {
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    }
+    run(step, &ctx)
 }
