@@ -2,10 +2,12 @@
 //!
 //! The pipeline, one module per stage: `lab` (fresh filesystems on loop devices) →
 //! `workload` (what runs on them) → `probes` (eBPF programs in the kernel) → `aggregate`
-//! (maps → profile) → `report` (tables and JSON). `trace` ties probes, a target and
+//! (maps → profile) → `report` (tables, JSON, flame graphs); `analysis` (compare, explain)
+//! reasons over saved results. `trace` ties probes, a target and
 //! aggregation together; `run` drives suites of steps over filesystems and passes.
 
 pub mod aggregate;
+pub mod analysis;
 pub mod lab;
 pub mod probes;
 pub mod report;

@@ -32,12 +32,51 @@ enum Cmd {
     Run(RunArgs),
     /// Which filesystems this machine can test, or why not.
     List,
-    /// Show a saved `fsprof run` results file again.
+    /// Show a saved `fsprof run` results file again, or write its HTML report.
     Report {
         results: PathBuf,
-        /// table (the terminal report), csv, or json (normalised).
+        /// table (the terminal report), csv, json (normalised) or markdown (charts as SVG
+        /// files in RESULTS.charts/).
         #[arg(long, default_value = "table")]
         format: String,
+        /// Write the HTML report here (one file; flame graphs load from the run's
+        /// .flames directory).
+        #[arg(long)]
+        html: Option<PathBuf>,
+    },
+    /// Compare results (several files per side, comma-separated): per filesystem × step ×
+    /// figure the change, its 95 % confidence interval and Welch's t-test over the passes.
+    Compare {
+        /// Base results, e.g. old-kernel.json or a.json,b.json.
+        base: String,
+        /// New results.
+        new: String,
+        /// Relative change that counts, in %.
+        #[arg(long, default_value_t = 5.0)]
+        threshold: f64,
+        /// Significance level of the t-test.
+        #[arg(long, default_value_t = 0.05)]
+        alpha: f64,
+        /// Exit with status 1 when a regression is flagged (for CI).
+        #[arg(long)]
+        fail_on_regression: bool,
+        /// Show every figure, not only the flagged ones.
+        #[arg(long)]
+        all: bool,
+        /// Also write the comparison as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Where the time of one cell went, and with --vs why it took longer than on another
+    /// filesystem.
+    Explain {
+        results: PathBuf,
+        #[arg(long)]
+        step: String,
+        #[arg(long)]
+        fs: String,
+        #[arg(long)]
+        vs: Option<String>,
     },
     /// Remove mounts, loop devices and images a killed fsprof left behind.
     Cleanup,
@@ -181,6 +220,13 @@ fn per_fs(values: &[String]) -> Result<Vec<(Option<FsKind>, String)>> {
         .collect()
 }
 
+fn write_html(r: &RunResult, results: &std::path::Path, path: &std::path::Path) -> Result<()> {
+    std::fs::write(path, report::html::render(r, results, path))
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("fsprof: HTML report in {}", path.display());
+    Ok(())
+}
+
 fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     let filesystems =
         a.fs.split(',')
@@ -227,6 +273,7 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         print!("{}", report::run_table::render(&result));
         let csv = a.json.with_extension("csv");
         std::fs::write(&csv, result.to_csv())?;
+        write_html(&result, &a.json, &a.json.with_extension("html"))?;
         eprintln!(
             "fsprof: results in {} and {}",
             a.json.display(),
@@ -485,13 +532,26 @@ fn real_main() -> Result<ExitCode> {
         Cmd::Trace(a) => trace_cmd(a),
         Cmd::Run(a) => run_cmd(a),
         Cmd::List => list(),
-        Cmd::Report { results, format } => {
+        Cmd::Report {
+            results,
+            format,
+            html,
+        } => {
             let r = RunResult::load(&results)?;
+            if let Some(path) = html {
+                write_html(&r, &results, &path)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             match format.as_str() {
                 "table" => print!("{}", report::run_table::render(&r)),
                 "csv" => print!("{}", r.to_csv()),
                 "json" => println!("{}", serde_json::to_string_pretty(&r)?),
-                f => bail!("unknown --format {f:?}; use table, csv or json"),
+                "markdown" => {
+                    let dir = results.parent().unwrap_or(std::path::Path::new(""));
+                    let md = report::html::markdown(&r, &results.with_extension("charts"), dir)?;
+                    print!("{md}");
+                }
+                f => bail!("unknown --format {f:?}; use table, csv, json or markdown"),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -517,6 +577,50 @@ fn real_main() -> Result<ExitCode> {
                 bail!("both folded files are empty");
             }
             eprintln!("fsprof: wrote {}", output.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Compare {
+            base,
+            new,
+            threshold,
+            alpha,
+            fail_on_regression,
+            all,
+            json,
+        } => {
+            let load = |list: &str| -> Result<Vec<RunResult>> {
+                list.split(',')
+                    .map(|p| RunResult::load(std::path::Path::new(p)))
+                    .collect()
+            };
+            let opts = fsprof::analysis::compare::CompareOptions {
+                threshold: threshold / 100.0,
+                alpha,
+            };
+            let c = fsprof::analysis::compare::compare(&load(&base)?, &load(&new)?, &opts)?;
+            print!("{}", report::compare_table::render(&c, &opts, all));
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&c)? + "\n")?;
+                eprintln!("fsprof: wrote {}", path.display());
+            }
+            let regressed = c.regressions().next().is_some();
+            Ok(if fail_on_regression && regressed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Cmd::Explain {
+            results,
+            step,
+            fs,
+            vs,
+        } => {
+            let r = RunResult::load(&results)?;
+            for line in fsprof::analysis::explain::explain(&r, &results, &step, &fs, vs.as_deref())?
+            {
+                println!("{line}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Cleanup => {

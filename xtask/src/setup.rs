@@ -30,6 +30,7 @@ const TOOLS: &[&str] = &[
     "nilfs-tools",
     "postgresql", // the pgbench step's server
     "bonnie++",   // an external workload the studies used
+    "chromium",   // headless, to test that the HTML report renders
 ];
 const TOOLCHAIN: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf"];
 

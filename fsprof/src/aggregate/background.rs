@@ -2,7 +2,7 @@
 //! thread's name and, for workqueue workers, from the work function in its stack.
 
 /// Prefixes of functions that do filesystem, block or writeback work.
-const FS_PREFIXES: &[&str] = &[
+pub const FS_PREFIXES: &[&str] = &[
     "xfs_",
     "xlog_",
     "ext4_",

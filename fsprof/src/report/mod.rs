@@ -1,6 +1,9 @@
 //! Reports for people (terminal tables) and programs (versioned JSON).
 
+pub mod charts;
+pub mod compare_table;
 pub mod flame;
+pub mod html;
 pub mod run_table;
 pub mod table;
 pub mod units;

@@ -2,6 +2,7 @@
 //! rows filesystem × pass with time (m:ss,cc) and CPU%, then user / sys / I/O wait / other
 //! waits beside them, then the median with min–max over passes.
 
+use crate::analysis::stats::median;
 use std::fmt::Write as _;
 
 use super::{
@@ -16,18 +17,9 @@ pub fn clock(ns: u64) -> String {
     format!("{}:{:02},{:02}", cs / 6000, (cs / 100) % 60, cs % 100)
 }
 
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    match v.len() {
-        0 => 0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2,
-    }
-}
-
 /// Columns after CPU%: user, sys, kernel background, I/O wait, other D, run-queue, syncfs,
 /// quiesce.
-const COLS: usize = 9;
+pub const COLS: usize = 9;
 
 fn row(fs: &str, pass: String, cells: [u64; COLS], cpu: f64) -> Vec<String> {
     let [wall, rest @ ..] = cells;
@@ -42,7 +34,13 @@ fn row(fs: &str, pass: String, cells: [u64; COLS], cpu: f64) -> Vec<String> {
     v
 }
 
-fn cells(s: &StepRun) -> [u64; COLS] {
+/// Medians over passes of `cells`.
+pub fn median_cells(runs: &[&StepRun]) -> [u64; COLS] {
+    std::array::from_fn(|k| median(runs.iter().map(|s| cells(s)[k]).collect()))
+}
+
+/// wall, user, sys, kernel background, I/O wait, other D, run-queue, syncfs, quiesce.
+pub fn cells(s: &StepRun) -> [u64; COLS] {
     let t = &s.trace;
     let time = &t.profile.time;
     [
@@ -117,19 +115,7 @@ pub fn render(r: &RunResult) -> String {
         r.cpus,
         if r.complete { "" } else { "  [INCOMPLETE]" }
     );
-    let steps: Vec<String> = {
-        let mut seen = Vec::new();
-        for f in &r.filesystems {
-            for p in &f.passes {
-                for s in &p.steps {
-                    if !seen.contains(&s.step) {
-                        seen.push(s.step.clone());
-                    }
-                }
-            }
-        }
-        seen
-    };
+    let steps = r.step_names();
     let header = [
         "fs",
         "pass",
@@ -159,7 +145,6 @@ pub fn render(r: &RunResult) -> String {
                 ));
             }
             if runs.len() > 1 {
-                let col = |k: usize| median(runs.iter().map(|s| cells(s)[k]).collect());
                 let walls: Vec<u64> = runs.iter().map(|s| s.trace.wall_ns).collect();
                 let cpu = median(
                     runs.iter()
@@ -167,7 +152,7 @@ pub fn render(r: &RunResult) -> String {
                         .collect(),
                 ) as f64
                     / 10.0;
-                let mut m = row(&f.fs, "median".into(), std::array::from_fn(col), cpu);
+                let mut m = row(&f.fs, "median".into(), median_cells(&runs), cpu);
                 m[3] = format!(
                     "{}–{}",
                     clock(*walls.iter().min().unwrap_or(&0)),

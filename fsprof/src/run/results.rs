@@ -107,6 +107,21 @@ impl RunResult {
             .map_err(|e| anyhow::anyhow!("{} is malformed: {e}", path.display()))
     }
 
+    /// Step names in the order they ran.
+    pub fn step_names(&self) -> Vec<String> {
+        let mut seen = Vec::new();
+        for f in &self.filesystems {
+            for p in &f.passes {
+                for s in &p.steps {
+                    if !seen.contains(&s.step) {
+                        seen.push(s.step.clone());
+                    }
+                }
+            }
+        }
+        seen
+    }
+
     /// CSV, one row per filesystem × pass × step.
     pub fn to_csv(&self) -> String {
         let mut out = String::from(

@@ -1,0 +1,594 @@
+//! `fsprof explain`: a short ranked account of where a cell's time went and, against a
+//! second filesystem, why it took longer: which time class grew, which syscalls, which
+//! kernel paths (stacks collapsed to their filesystem frames), which block I/O. Every
+//! sentence is computed from the results and carries its figure.
+
+use crate::{aggregate::background::FS_PREFIXES, analysis::stats::median};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Result, bail};
+
+use crate::{
+    report::{
+        flame::{self, Folded},
+        units::{bytes, duration_ns, seconds},
+    },
+    run::results::{RunResult, StepRun},
+};
+
+/// Frames that say what a kernel path does for a filesystem: the background work's
+/// filesystem, block and writeback prefixes, and the VFS around them.
+const VFS_FRAMES: &[&str] = &[
+    "vfs_",
+    "filemap_",
+    "folio_",
+    "lookup_",
+    "path_",
+    "iterate_dir",
+    "do_unlinkat",
+    "do_rmdir",
+    "do_filp_open",
+];
+
+fn fs_frame(f: &str) -> bool {
+    FS_PREFIXES
+        .iter()
+        .chain(VFS_FRAMES)
+        .any(|p| f.starts_with(p))
+}
+/// The scheduler's own frames at the top of every off-CPU stack.
+const SCHED: &[&str] = &[
+    "__schedule",
+    "schedule",
+    "schedule_timeout",
+    "io_schedule",
+    "io_schedule_timeout",
+    "schedule_preempt_disabled",
+    "preempt_schedule",
+    "preempt_schedule_common",
+];
+
+fn plain(f: &str) -> &str {
+    for a in ["_[k]", "_[w]", "_[i]", "_[j]"] {
+        if let Some(s) = f.strip_suffix(a) {
+            return s;
+        }
+    }
+    f
+}
+
+/// A stack (root first) as "syscall → fs frames … → what it waited in" (off-CPU) or
+/// "syscall → fs frames" (on-CPU, where leaves are too scattered to group by).
+pub fn collapse(frames: &[&str], off: bool) -> String {
+    let frames: Vec<&str> = frames.iter().map(|f| plain(f)).collect();
+    let syscall = frames.iter().find_map(|f| {
+        f.strip_prefix("__x64_sys_")
+            .or_else(|| f.strip_prefix("__arm64_sys_"))
+            .or_else(|| f.strip_prefix("__do_sys_"))
+            .or_else(|| f.strip_prefix("ksys_"))
+    });
+    let sched_at = frames
+        .iter()
+        .position(|f| SCHED.contains(f))
+        .unwrap_or(frames.len());
+    let mut fs: Vec<&str> = frames[..sched_at]
+        .iter()
+        .copied()
+        .filter(|f| fs_frame(f))
+        .collect();
+    fs.dedup();
+    if fs.len() > 6 {
+        let tail: Vec<&str> = fs[fs.len() - 3..].to_vec();
+        fs.truncate(2);
+        fs.push("…");
+        fs.extend(tail);
+    }
+    // What it waited in: the caller of the scheduler.
+    let last = match frames[..sched_at].last().copied() {
+        Some("exit_to_user_mode_loop") => Some("preempted on return to user space"),
+        l if off => l,
+        _ => None,
+    };
+    let mut parts: Vec<&str> = syscall.into_iter().collect();
+    parts.extend(fs.iter().copied());
+    if let Some(l) = last
+        && parts.last() != Some(&l)
+    {
+        parts.push(l);
+    }
+    if parts.is_empty() {
+        return frames.last().copied().unwrap_or("?").to_string();
+    }
+    parts.join(" → ")
+}
+
+/// Folded stacks of a kind collapsed: (class, path) → weight per pass, µs.
+fn collapsed(folded: &Folded, passes: usize, with_class: bool) -> BTreeMap<(String, String), u64> {
+    let mut out = BTreeMap::new();
+    for (stack, w) in folded {
+        let frames: Vec<&str> = stack.split(';').skip(1).collect();
+        let (class, rest) = match frames.first() {
+            Some(c) if with_class && c.starts_with('[') => {
+                (c.trim_matches(['[', ']']).to_string(), &frames[1..])
+            }
+            _ => (String::from("on-CPU"), &frames[..]),
+        };
+        *out.entry((class, collapse(rest, with_class))).or_insert(0) += w / passes.max(1) as u64;
+    }
+    out
+}
+
+/// One cell: its passes, medians and stacks.
+struct Cell<'a> {
+    fs: &'a str,
+    runs: Vec<&'a StepRun>,
+    off: Option<Folded>,
+    on: Option<Folded>,
+}
+
+impl<'a> Cell<'a> {
+    fn load(r: &'a RunResult, dir: &Path, step: &str, fs: &'a str) -> Result<Cell<'a>> {
+        let Some(f) = r.filesystems.iter().find(|f| f.fs == fs) else {
+            let have: Vec<&str> = r.filesystems.iter().map(|f| f.fs.as_str()).collect();
+            bail!(
+                "no filesystem {fs} in this run (it has {})",
+                have.join(", ")
+            );
+        };
+        let runs = f.runs_of(step);
+        if runs.is_empty() {
+            bail!("step {step} did not run on {fs}");
+        }
+        let folded = |kind: &str| -> Option<Folded> {
+            let p = r.flames.cells.get(step)?.get(fs)?.get(kind)?;
+            flame::read_folded(&dir.join(p)).ok()
+        };
+        Ok(Cell {
+            fs,
+            off: folded("off-cpu.folded"),
+            on: folded("on-cpu.folded"),
+            runs,
+        })
+    }
+    fn med(&self, f: impl Fn(&StepRun) -> u64) -> u64 {
+        median(self.runs.iter().map(|s| f(s)).collect())
+    }
+    fn wall(&self) -> u64 {
+        self.med(|s| s.trace.wall_ns)
+    }
+    /// (label, median ns) of the target's time classes and the kernel's background work.
+    fn classes(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("on-CPU", self.med(|s| s.trace.profile.time.on_cpu.ns)),
+            ("I/O wait", self.med(|s| s.trace.profile.time.io_wait.ns)),
+            (
+                "other D-wait",
+                self.med(|s| s.trace.profile.time.uninterruptible.ns),
+            ),
+            ("run-queue", self.med(|s| s.trace.profile.time.run_queue.ns)),
+            ("sleep", self.med(|s| s.trace.profile.time.sleep.ns)),
+        ]
+    }
+    fn background(&self) -> u64 {
+        self.med(|s| s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0))
+    }
+    fn background_classes(&self) -> String {
+        let Some(b) = self.runs.first().and_then(|s| s.trace.background.as_ref()) else {
+            return String::new();
+        };
+        b.by_class
+            .iter()
+            .take(3)
+            .map(|(c, ns)| format!("{c} {}", seconds(*ns)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+    /// syscall → (median count, median total ns).
+    fn syscalls(&self) -> BTreeMap<String, (u64, u64)> {
+        let mut names: Vec<String> = Vec::new();
+        for s in &self.runs {
+            for c in &s.trace.profile.syscalls {
+                if !names.contains(&c.name) {
+                    names.push(c.name.clone());
+                }
+            }
+        }
+        names
+            .into_iter()
+            .map(|n| {
+                let get = |s: &StepRun, total: bool| {
+                    s.trace
+                        .profile
+                        .syscalls
+                        .iter()
+                        .find(|c| c.name == n)
+                        .map(|c| if total { c.total_ns } else { c.count })
+                        .unwrap_or(0)
+                };
+                let v = (self.med(|s| get(s, false)), self.med(|s| get(s, true)));
+                (n, v)
+            })
+            .collect()
+    }
+    /// Sleep in do_wait (a shell waiting for its command), per pass, ns.
+    fn waiting_for_children(&self) -> u64 {
+        let Some(f) = &self.off else { return 0 };
+        let us: u64 = f
+            .iter()
+            .filter(|(k, _)| k.contains(";[sleep];") && k.contains("do_wait"))
+            .map(|(_, w)| w)
+            .sum();
+        us * 1000 / self.runs.len().max(1) as u64
+    }
+
+    fn paths(&self, off: bool) -> BTreeMap<(String, String), u64> {
+        let f = if off { &self.off } else { &self.on };
+        f.as_ref()
+            .map(|f| collapsed(f, self.runs.len(), off))
+            .unwrap_or_default()
+    }
+    /// class → (requests, bytes) of pass 1 … medians.
+    fn block(&self) -> BTreeMap<String, (u64, u64, u64, u64)> {
+        let mut out: BTreeMap<String, (u64, u64, u64, u64)> = BTreeMap::new();
+        let classes: Vec<String> = self
+            .runs
+            .iter()
+            .flat_map(|s| s.trace.profile.block.iter().map(|b| b.class.clone()))
+            .collect();
+        for c in classes {
+            let get = |s: &StepRun, k: usize| -> u64 {
+                s.trace
+                    .profile
+                    .block
+                    .iter()
+                    .filter(|b| b.class == c)
+                    .map(|b| match k {
+                        0 => b.completions,
+                        1 => b.bytes,
+                        2 => b.size.p50,
+                        _ => b.device_latency.p99,
+                    })
+                    .sum()
+            };
+            out.insert(
+                c.clone(),
+                (
+                    self.med(|s| get(s, 0)),
+                    self.med(|s| get(s, 1)),
+                    self.med(|s| get(s, 2)),
+                    self.med(|s| get(s, 3)),
+                ),
+            );
+        }
+        out
+    }
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".into();
+    }
+    format!("{:.0} %", 100.0 * part as f64 / whole as f64)
+}
+
+fn signed(ns: i128) -> String {
+    let s = seconds(ns.unsigned_abs() as u64);
+    if ns < 0 {
+        format!("−{s}")
+    } else {
+        format!("+{s}")
+    }
+}
+
+fn top_paths(c: &Cell, off: bool, n: usize) -> Vec<String> {
+    let mut v: Vec<((String, String), u64)> = c
+        .paths(off)
+        .into_iter()
+        .filter(|((_, p), _)| !WAIT_FOR_CHILD.iter().any(|w| p.starts_with(w)))
+        .collect();
+    v.sort_by_key(|(_, w)| std::cmp::Reverse(*w));
+    v.into_iter()
+        .take(n)
+        .map(|((class, path), us)| format!("{} {class} in {path}", seconds(us * 1000)))
+        .collect()
+}
+
+/// Syscalls that wait for children: their time is the children's, counted already.
+const WAIT_FOR_CHILD: &[&str] = &["wait4", "waitid", "waitpid"];
+
+fn one(c: &Cell, step: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let wall = c.wall();
+    let n = c.runs.len();
+    out.push(format!(
+        "{} {step}: {} wall (median of {n} pass{}), then {} until durable (syncfs){}.",
+        c.fs,
+        seconds(wall),
+        if n == 1 { "" } else { "es" },
+        seconds(c.med(|s| s.syncfs_ns)),
+        match c.med(|s| s.trace.quiesce_ns.unwrap_or(0)) {
+            0 => String::new(),
+            q => format!(
+                " and {} until its background work was done (freeze)",
+                seconds(q)
+            ),
+        }
+    ));
+    let mut classes = c.classes();
+    let waiting = c.waiting_for_children();
+    if let Some(s) = classes.iter_mut().find(|(l, _)| *l == "sleep") {
+        s.1 = s.1.saturating_sub(waiting);
+    }
+    classes.sort_by_key(|(_, ns)| std::cmp::Reverse(*ns));
+    let total: u64 = classes.iter().map(|(_, ns)| ns).sum();
+    let parts: Vec<String> = classes
+        .iter()
+        .filter(|(_, ns)| *ns >= 500_000)
+        .map(|(l, ns)| format!("{l} {} ({})", seconds(*ns), pct(*ns, total)))
+        .collect();
+    out.push(format!(
+        "The target's threads spent {}{}.",
+        parts.join(", "),
+        if waiting > 0 {
+            format!(
+                " (not counting {} a parent slept waiting for its children)",
+                seconds(waiting)
+            )
+        } else {
+            String::new()
+        }
+    ));
+    let bg = c.background();
+    if bg > 0 {
+        out.push(format!(
+            "Kernel threads worked {} for the filesystem alongside ({}).",
+            seconds(bg),
+            c.background_classes()
+        ));
+    }
+    let mut sc: Vec<(String, (u64, u64))> = c
+        .syscalls()
+        .into_iter()
+        .filter(|(n, _)| !WAIT_FOR_CHILD.contains(&n.as_str()))
+        .collect();
+    sc.sort_by_key(|(_, (_, t))| std::cmp::Reverse(*t));
+    let calls: Vec<String> = sc
+        .iter()
+        .take(3)
+        .map(|(name, (count, total))| {
+            format!(
+                "{name} {count} calls, {} ({} each)",
+                seconds(*total),
+                duration_ns(total / (*count).max(1))
+            )
+        })
+        .collect();
+    if !calls.is_empty() {
+        out.push(format!("Most syscall time: {}.", calls.join("; ")));
+    }
+    let waits = top_paths(c, true, 3);
+    if !waits.is_empty() {
+        out.push(format!("Longest waits: {}.", waits.join("; ")));
+    }
+    let on = top_paths(c, false, 2);
+    if !on.is_empty() {
+        out.push(format!("Most on-CPU time: {}.", on.join("; ")));
+    }
+    let blocks: Vec<String> = c
+        .block()
+        .iter()
+        .filter(|(_, v)| v.0 > 0)
+        .map(|(class, (n, b, size, p99))| {
+            format!(
+                "{n} {class} requests ({}, {} median, device p99 {})",
+                bytes(*b),
+                bytes(*size),
+                duration_ns(*p99)
+            )
+        })
+        .collect();
+    if !blocks.is_empty() {
+        out.push(format!("Block I/O: {}.", blocks.join("; ")));
+    }
+    out
+}
+
+fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let (wa, wb) = (a.wall(), b.wall());
+    let d = wa as i128 - wb as i128;
+    out.push(format!(
+        "{step}: {} took {}, {} took {}: {} ({:+.0} %).",
+        a.fs,
+        seconds(wa),
+        b.fs,
+        seconds(wb),
+        signed(d),
+        if wb > 0 {
+            100.0 * d as f64 / wb as f64
+        } else {
+            0.0
+        }
+    ));
+    let (ca, cb) = (a.classes(), b.classes());
+    let mut deltas: Vec<(&str, u64, u64)> = ca
+        .iter()
+        .zip(&cb)
+        .map(|((l, x), (_, y))| (*l, *x, *y))
+        .collect();
+    deltas.sort_by_key(|(_, x, y)| std::cmp::Reverse(*x as i128 - *y as i128));
+    let grew: Vec<String> = deltas
+        .iter()
+        .filter(|(_, x, y)| x > y)
+        .map(|(l, x, y)| {
+            format!(
+                "{l} {} ({} vs {})",
+                signed(*x as i128 - *y as i128),
+                seconds(*x),
+                seconds(*y)
+            )
+        })
+        .collect();
+    if !grew.is_empty() {
+        out.push(format!("Time that grew on {}: {}.", a.fs, grew.join(", ")));
+    }
+    let shrank: Vec<String> = deltas
+        .iter()
+        .filter(|(_, x, y)| x < y)
+        .map(|(l, x, y)| format!("{l} {}", signed(*x as i128 - *y as i128)))
+        .collect();
+    if !shrank.is_empty() {
+        out.push(format!("Time that shrank: {}.", shrank.join(", ")));
+    }
+    let (ba, bb) = (a.background(), b.background());
+    if ba > 0 || bb > 0 {
+        out.push(format!(
+            "Kernel background work for the filesystem: {} on {} ({}) vs {} on {}.",
+            seconds(ba),
+            a.fs,
+            a.background_classes(),
+            seconds(bb),
+            b.fs
+        ));
+    }
+    let (sa, sb) = (a.syscalls(), b.syscalls());
+    // (syscall, total ns grown, (count, total) on a, on b)
+    type Grown = (String, i128, (u64, u64), (u64, u64));
+    let mut sc: Vec<Grown> = sa
+        .iter()
+        .map(|(n, x)| {
+            let y = sb.get(n).copied().unwrap_or((0, 0));
+            (n.clone(), x.1 as i128 - y.1 as i128, *x, y)
+        })
+        .collect();
+    sc.sort_by_key(|(_, d, _, _)| std::cmp::Reverse(*d));
+    let calls: Vec<String> = sc
+        .iter()
+        .filter(|(_, d, _, _)| *d > 0)
+        .take(3)
+        .map(|(n, d, x, y)| {
+            format!(
+                "{n} {} ({} vs {} calls, {} vs {} each)",
+                signed(*d),
+                x.0,
+                y.0,
+                duration_ns(x.1 / x.0.max(1)),
+                duration_ns(y.1 / y.0.max(1))
+            )
+        })
+        .collect();
+    if !calls.is_empty() {
+        out.push(format!(
+            "Syscalls that took longer on {}: {}.",
+            a.fs,
+            calls.join("; ")
+        ));
+    }
+    for (off, what) in [
+        (true, "Kernel paths that waited longer"),
+        (false, "On-CPU paths that grew"),
+    ] {
+        let (pa, pb) = (a.paths(off), b.paths(off));
+        let mut v: Vec<((String, String), i128, u64)> = pa
+            .iter()
+            .map(|(k, w)| {
+                (
+                    k.clone(),
+                    *w as i128 - *pb.get(k).unwrap_or(&0) as i128,
+                    *pb.get(k).unwrap_or(&0),
+                )
+            })
+            .collect();
+        v.sort_by_key(|(_, d, _)| std::cmp::Reverse(*d));
+        let items: Vec<String> = v
+            .iter()
+            .filter(|(_, d, _)| *d > 0)
+            .take(3)
+            .map(|((class, path), d, other)| {
+                format!(
+                    "{} {class} in {path}{}",
+                    signed(d * 1000),
+                    if *other == 0 {
+                        format!(" (none on {})", b.fs)
+                    } else {
+                        String::new()
+                    }
+                )
+            })
+            .collect();
+        if !items.is_empty() {
+            out.push(format!("{what} on {}: {}.", a.fs, items.join("; ")));
+        }
+    }
+    let top_b = top_paths(b, true, 1);
+    if let Some(t) = top_b.first() {
+        out.push(format!("For contrast, {}'s longest wait: {t}.", b.fs));
+    }
+    let (ka, kb) = (a.block(), b.block());
+    let mut blocks = Vec::new();
+    for (class, x) in &ka {
+        let y = kb.get(class).copied().unwrap_or_default();
+        if x.0 != y.0 {
+            blocks.push(format!(
+                "{class}: {} vs {} requests ({} vs {}, {} vs {} median size)",
+                x.0,
+                y.0,
+                bytes(x.1),
+                bytes(y.1),
+                bytes(x.2),
+                bytes(y.2)
+            ));
+        }
+    }
+    if !blocks.is_empty() {
+        out.push(format!(
+            "Block I/O, {} vs {}: {}.",
+            a.fs,
+            b.fs,
+            blocks.join("; ")
+        ));
+    }
+    out
+}
+
+/// The explanation of `step` on `fs` (against `vs`), one sentence a line. `results` is the
+/// file's path: flame graph paths in it are relative to its directory.
+pub fn explain(
+    r: &RunResult,
+    results: &Path,
+    step: &str,
+    fs: &str,
+    vs: Option<&str>,
+) -> Result<Vec<String>> {
+    let dir: PathBuf = results
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let a = Cell::load(r, &dir, step, fs)?;
+    match vs {
+        None => Ok(one(&a, step)),
+        Some(other) => {
+            let b = Cell::load(r, &dir, step, other)?;
+            Ok(versus(&a, &b, step))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collapses_to_fs_frames() {
+        let s = "entry_SYSCALL_64_after_hwframe_[k];do_syscall_64_[k];__x64_sys_getdents64_[k];iterate_dir_[k];xfs_readdir_[k];xfs_dir2_block_getdents_[k];xfs_dir3_block_read_[k];xfs_buf_lock_[k];down_[k];__down_common_[k];schedule_timeout_[k];schedule_[k];__schedule_[k]";
+        let frames: Vec<&str> = s.split(';').collect();
+        assert_eq!(
+            collapse(&frames, true),
+            "getdents64 → iterate_dir → xfs_readdir → xfs_dir2_block_getdents → xfs_dir3_block_read → xfs_buf_lock → __down_common"
+        );
+    }
+}

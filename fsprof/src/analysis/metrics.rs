@@ -1,0 +1,120 @@
+//! The figures of a cell (filesystem × step) that compare and explain reason about, one
+//! value per pass.
+
+use crate::run::results::StepRun;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Ns,
+    BytesPerSec,
+}
+
+/// One figure of a cell, per pass.
+#[derive(Clone, Debug)]
+pub struct Metric {
+    pub name: String,
+    pub unit: Unit,
+    /// True when a larger value is worse (times, latencies); false for throughput.
+    pub higher_is_worse: bool,
+    pub values: Vec<f64>,
+}
+
+/// Smallest absolute difference worth flagging, per unit: below it a change is noise
+/// whatever its percentage (a 40 % change of a 0.2 ms syncfs is nothing).
+pub fn noise_floor(unit: Unit) -> f64 {
+    match unit {
+        Unit::Ns => 2_000_000.0,
+        Unit::BytesPerSec => 1_000_000.0,
+    }
+}
+
+fn metric(name: &str, unit: Unit, runs: &[&StepRun], f: impl Fn(&StepRun) -> f64) -> Metric {
+    Metric {
+        name: name.to_string(),
+        unit,
+        higher_is_worse: unit == Unit::Ns,
+        values: runs.iter().map(|s| f(s)).collect(),
+    }
+}
+
+/// Every figure of the cell: times, time classes, background, throughput, per-syscall and
+/// per-block-class latency percentiles (those present in every pass).
+pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
+    let ns = Unit::Ns;
+    let mut out = vec![
+        metric("wall", ns, runs, |s| s.trace.wall_ns as f64),
+        metric("user", ns, runs, |s| s.trace.user_ns as f64),
+        metric("sys", ns, runs, |s| s.trace.sys_ns as f64),
+        metric("I/O wait", ns, runs, |s| {
+            s.trace.profile.time.io_wait.ns as f64
+        }),
+        metric("other D-wait", ns, runs, |s| {
+            s.trace.profile.time.uninterruptible.ns as f64
+        }),
+        metric("run-queue", ns, runs, |s| {
+            s.trace.profile.time.run_queue.ns as f64
+        }),
+        metric("syncfs", ns, runs, |s| s.syncfs_ns as f64),
+        metric("kernel bg", ns, runs, |s| {
+            s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0) as f64
+        }),
+        metric("throughput", Unit::BytesPerSec, runs, |s| {
+            let bytes: u64 = s.trace.profile.block.iter().map(|b| b.bytes).sum();
+            let t = (s.trace.wall_ns + s.syncfs_ns) as f64 / 1e9;
+            if t > 0.0 { bytes as f64 / t } else { 0.0 }
+        }),
+    ];
+    let Some(first) = runs.first() else {
+        return out;
+    };
+    for sc in &first.trace.profile.syscalls {
+        // Only calls that matter to the cell: 1 % of its wall time or more.
+        if (sc.total_ns as f64) < 0.01 * first.trace.wall_ns as f64 {
+            continue;
+        }
+        let get = |s: &StepRun, p99: bool| {
+            s.trace
+                .profile
+                .syscalls
+                .iter()
+                .find(|x| x.name == sc.name)
+                .map(|x| if p99 { x.latency.p99 } else { x.latency.p50 } as f64)
+        };
+        for (label, p99) in [("p50", false), ("p99", true)] {
+            let values: Option<Vec<f64>> = runs.iter().map(|s| get(s, p99)).collect();
+            if let Some(values) = values {
+                out.push(Metric {
+                    name: format!("{} {label}", sc.name),
+                    unit: ns,
+                    higher_is_worse: true,
+                    values,
+                });
+            }
+        }
+    }
+    for b in &first.trace.profile.block {
+        if b.completions < 10 {
+            continue;
+        }
+        let values: Option<Vec<f64>> = runs
+            .iter()
+            .map(|s| {
+                s.trace
+                    .profile
+                    .block
+                    .iter()
+                    .find(|x| x.class == b.class)
+                    .map(|x| x.device_latency.p99 as f64)
+            })
+            .collect();
+        if let Some(values) = values {
+            out.push(Metric {
+                name: format!("block {} device p99", b.class),
+                unit: ns,
+                higher_is_worse: true,
+                values,
+            });
+        }
+    }
+    out
+}

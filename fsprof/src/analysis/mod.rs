@@ -1,0 +1,7 @@
+//! Reasoning over saved results: `compare` (A/B with significance) and `explain` (where a
+//! cell's time went, and why one filesystem took longer than another).
+
+pub mod compare;
+pub mod explain;
+pub mod metrics;
+pub mod stats;

@@ -1,0 +1,404 @@
+//! The HTML report of a run: one self-contained file (inline CSS, SVG and a few lines of
+//! script; nothing fetched) with, per step, the time per filesystem split into user / sys /
+//! I/O wait / other waits and the kernel's background work, the pass-to-pass spread,
+//! latency percentile plots per syscall and block class, and the flame graphs of every cell,
+//! browsable (they are files beside the report, loaded when chosen).
+
+use crate::analysis::stats::median;
+use std::{fmt::Write as _, path::Path};
+
+use super::{
+    charts::{self, Bar},
+    run_table::median_cells,
+    units::{bytes, seconds},
+};
+use crate::{
+    aggregate::histogram::Summary,
+    run::results::{FsRun, RunResult, StepRun},
+};
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const SEGMENTS: [(&str, &str); 5] = [
+    ("user", "#e4572e"),
+    ("sys", "#f3a712"),
+    ("I/O wait", "#2e86ab"),
+    ("other D-wait", "#7b2cbf"),
+    ("run-queue", "#a8c686"),
+];
+
+fn med(runs: &[&StepRun], f: impl Fn(&StepRun) -> u64) -> u64 {
+    median(runs.iter().map(|s| f(s)).collect())
+}
+
+/// The time chart of one step: per filesystem the target's time and, below it, the
+/// kernel's background work for the filesystem.
+pub fn time_chart(r: &RunResult, step: &str) -> String {
+    let mut bars = Vec::new();
+    for f in &r.filesystems {
+        let runs = f.runs_of(step);
+        if runs.is_empty() {
+            continue;
+        }
+        let t = |g: &dyn Fn(&StepRun) -> u64| med(&runs, g);
+        let walls: Vec<u64> = runs.iter().map(|s| s.trace.wall_ns).collect();
+        let vals = [
+            t(&|s| s.trace.user_ns),
+            t(&|s| s.trace.sys_ns),
+            t(&|s| s.trace.profile.time.io_wait.ns),
+            t(&|s| s.trace.profile.time.uninterruptible.ns),
+            t(&|s| s.trace.profile.time.run_queue.ns),
+        ];
+        bars.push(Bar {
+            label: f.fs.clone(),
+            segments: SEGMENTS
+                .iter()
+                .zip(vals)
+                .map(|((n, c), v)| (*n, v, *c))
+                .collect(),
+            spread: (walls.len() > 1).then(|| {
+                (
+                    *walls.iter().min().unwrap_or(&0),
+                    *walls.iter().max().unwrap_or(&0),
+                )
+            }),
+        });
+        bars.push(Bar {
+            label: format!("{} kernel", f.fs),
+            segments: vec![(
+                "kernel background",
+                t(&|s| s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0)),
+                "#555555",
+            )],
+            spread: None,
+        });
+    }
+    charts::stacked_bars(
+        &format!("{step}: median time per filesystem (whisker: wall min–max over passes)"),
+        &bars,
+    )
+}
+
+/// Percentile plots: the step's three syscalls with most time, and its block classes.
+pub fn latency_charts(r: &RunResult, step: &str) -> Vec<String> {
+    let cells: Vec<(&FsRun, Vec<&StepRun>)> = r
+        .filesystems
+        .iter()
+        .map(|f| (f, f.runs_of(step)))
+        .filter(|(_, runs)| !runs.is_empty())
+        .collect();
+    let mut names: Vec<(String, u64)> = Vec::new();
+    for (_, runs) in &cells {
+        for c in &runs[0].trace.profile.syscalls {
+            match names.iter_mut().find(|(n, _)| *n == c.name) {
+                Some(e) => e.1 += c.total_ns,
+                None => names.push((c.name.clone(), c.total_ns)),
+            }
+        }
+    }
+    names.sort_by_key(|(_, t)| std::cmp::Reverse(*t));
+    let pts = |s: &Summary| {
+        vec![
+            ("p50", s.p50),
+            ("p90", s.p90),
+            ("p99", s.p99),
+            ("p99.9", s.p999),
+            ("max", s.max),
+        ]
+    };
+    // One series per filesystem whose pass 1 has the summary `get` picks.
+    let plot = |title: String, get: &dyn Fn(&StepRun) -> Option<Summary>| {
+        let series: Vec<(String, Vec<(&'static str, u64)>)> = cells
+            .iter()
+            .filter_map(|(f, runs)| Some((f.fs.clone(), pts(&get(runs[0])?))))
+            .collect();
+        charts::percentiles(&title, &series)
+    };
+    let mut out = Vec::new();
+    for (name, _) in names.iter().take(3) {
+        out.push(plot(format!("{name} latency (pass 1)"), &|s| {
+            let c = s.trace.profile.syscalls.iter().find(|c| &c.name == name)?;
+            Some(c.latency.clone())
+        }));
+    }
+    let mut classes: Vec<String> = Vec::new();
+    for (_, runs) in &cells {
+        for b in &runs[0].trace.profile.block {
+            if b.completions > 0 && !classes.contains(&b.class) {
+                classes.push(b.class.clone());
+            }
+        }
+    }
+    for class in classes {
+        out.push(plot(
+            format!("block {class}: device latency (pass 1)"),
+            &|s| {
+                let b = s.trace.profile.block.iter().find(|b| b.class == class)?;
+                Some(b.device_latency.clone())
+            },
+        ));
+    }
+    out
+}
+
+/// Unix time as "YYYY-MM-DD HH:MM UTC" (civil-from-days, proleptic Gregorian).
+pub fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let (h, m) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02} UTC")
+}
+
+fn facts(r: &RunResult) -> String {
+    let mut o = String::from("<table class=\"facts\">");
+    let mut row = |k: &str, v: String| {
+        let _ = write!(o, "<tr><th>{k}</th><td>{}</td></tr>", esc(&v));
+    };
+    row("kernel", r.kernel.clone());
+    row("fsprof", r.fsprof_version.clone());
+    row(
+        "machine",
+        format!("{} CPUs, {} memory", r.cpus, bytes(r.memory_bytes)),
+    );
+    row(
+        "run",
+        format!(
+            "suite {}, scale {}, {} passes, {} jobs, seed {}{}",
+            r.suite,
+            r.scale,
+            r.passes,
+            r.jobs,
+            r.seed,
+            if r.complete { "" } else { " — INCOMPLETE" }
+        ),
+    );
+    row("started", utc(r.started));
+    o.push_str("</table><table class=\"grid\"><tr><th>fs</th><th>mkfs options</th><th>mount options</th><th>device</th><th>mkfs</th><th>mount</th><th>umount</th><th>available after mkfs</th><th>used after last delete</th></tr>");
+    for f in &r.filesystems {
+        let m = |g: &dyn Fn(&crate::run::results::PassRun) -> Option<u64>| {
+            seconds(median(f.passes.iter().filter_map(g).collect()))
+        };
+        let cap = f
+            .passes
+            .last()
+            .map(|p| p.capacity_after_mkfs)
+            .unwrap_or_default();
+        let used = f
+            .passes
+            .last()
+            .and_then(|p| p.steps.iter().rev().find_map(|s| s.capacity_after))
+            .map(|c| bytes(c.used_bytes))
+            .unwrap_or_else(|| "-".into());
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&f.fs),
+            esc(&f.mkfs_opts.join(" ")),
+            esc(&f.mount_opts),
+            esc(&f.device),
+            bytes(f.device_bytes),
+            m(&|p| Some(p.mkfs_ns)),
+            m(&|p| Some(p.mount_ns)),
+            m(&|p| p.umount_ns),
+            bytes(cap.avail_bytes),
+            used
+        );
+    }
+    o.push_str("</table>");
+    o
+}
+
+fn table(r: &RunResult, step: &str) -> String {
+    let mut o = String::from(
+        "<table class=\"grid\"><tr><th>fs</th><th>wall (median)</th><th>min–max</th><th>CPU</th><th>user</th><th>sys</th><th>kernel bg</th><th>I/O wait</th><th>other D</th><th>run-queue</th><th>syncfs</th><th>quiesce</th></tr>",
+    );
+    for f in &r.filesystems {
+        let runs = f.runs_of(step);
+        if runs.is_empty() {
+            continue;
+        }
+        let walls: Vec<u64> = runs.iter().map(|s| s.trace.wall_ns).collect();
+        let cpu = median(runs.iter().map(|s| s.trace.cpu_percent() as u64).collect());
+        let m = median_cells(&runs).map(seconds);
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}–{}</td><td>{cpu}%</td><td>{}</td></tr>",
+            esc(&f.fs),
+            m[0],
+            seconds(*walls.iter().min().unwrap_or(&0)),
+            seconds(*walls.iter().max().unwrap_or(&0)),
+            m[1..].join("</td><td>")
+        );
+    }
+    o.push_str("</table>");
+    o
+}
+
+/// Buttons that load a cell's flame graph into the frame below them.
+fn flames(r: &RunResult, step: &str, base: &str, id: usize) -> String {
+    let Some(cells) = r.flames.cells.get(step) else {
+        return String::new();
+    };
+    let mut buttons = Vec::new();
+    for (fs, files) in cells {
+        for (kind, path) in files.iter().filter(|(k, _)| k.ends_with(".svg")) {
+            buttons.push((
+                format!("{fs} {}", kind.trim_end_matches(".svg")),
+                format!("{base}{path}"),
+            ));
+        }
+    }
+    for d in r.flames.diffs.iter().filter(|d| d.step == step) {
+        buttons.push((
+            format!("{} vs {} {} (diff)", d.fs, d.base, d.kind),
+            format!("{base}{}", d.path),
+        ));
+    }
+    if buttons.is_empty() {
+        return String::new();
+    }
+    let first = buttons
+        .iter()
+        .find(|(l, _)| l.ends_with("combined"))
+        .unwrap_or(&buttons[0])
+        .1
+        .clone();
+    let mut o = String::from("<div class=\"flames\"><div class=\"pick\">");
+    for (label, path) in &buttons {
+        let _ = write!(
+            o,
+            "<button onclick=\"show({id}, '{}', this)\">{}</button>",
+            esc(path),
+            esc(label)
+        );
+    }
+    let _ = write!(
+        o,
+        "</div><iframe id=\"flame{id}\" data-src=\"{}\" loading=\"lazy\"></iframe></div>",
+        esc(&first)
+    );
+    o
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}\
+h1{font-size:22px}h2{margin-top:36px;border-bottom:1px solid #ccc}\
+table{border-collapse:collapse;margin:8px 0}th,td{padding:3px 8px;text-align:right;font-size:13px}\
+th:first-child,td:first-child{text-align:left}.grid td,.grid th{border-bottom:1px solid #eee}\
+.facts th{text-align:left;color:#555}.charts{display:flex;flex-wrap:wrap;gap:12px}\
+.flames iframe{width:100%;height:620px;border:1px solid #ccc}\
+.pick button{margin:2px;font-size:12px}.pick button.on{background:#2e86ab;color:#fff}";
+
+/// Loads a flame graph on demand; counts the rendered charts into `data-charts` (the
+/// report's test reads it from the DOM).
+const SCRIPT: &str = "function show(id,src,b){var f=document.getElementById('flame'+id);f.src=src;\
+var p=b.parentNode.children;for(var i=0;i<p.length;i++)p[i].className='';b.className='on';}\
+window.addEventListener('load',function(){var n=0;document.querySelectorAll('svg.chart').forEach(function(s){\
+var r=s.getBoundingClientRect();if(r.width>0&&r.height>0)n++;});document.body.setAttribute('data-charts',n);\
+document.querySelectorAll('iframe[data-src]').forEach(function(f){f.src=f.getAttribute('data-src');});});";
+
+/// The report; flame graph paths are made relative to `html`'s directory.
+pub fn render(r: &RunResult, results: &Path, html: &Path) -> String {
+    // Paths in the results are relative to the results file; the report may be elsewhere.
+    let rdir = results
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default();
+    let hdir = html.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let base = if rdir == hdir || rdir.as_os_str().is_empty() && hdir.as_os_str().is_empty() {
+        String::new()
+    } else {
+        format!(
+            "{}/",
+            std::fs::canonicalize(&rdir).unwrap_or(rdir).display()
+        )
+    };
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>fsprof run: {}</title><style>{STYLE}</style><script>{SCRIPT}</script></head><body>",
+        esc(&r.suite)
+    );
+    let fs: Vec<&str> = r.filesystems.iter().map(|f| f.fs.as_str()).collect();
+    let _ = write!(
+        o,
+        "<h1>fsprof run: suite {} on {}</h1>{}",
+        esc(&r.suite),
+        esc(&fs.join(", ")),
+        facts(r)
+    );
+    for (i, step) in r.step_names().iter().enumerate() {
+        let _ = write!(o, "<h2 id=\"{}\">{}</h2>", esc(step), esc(step));
+        o.push_str(&table(r, step));
+        o.push_str("<div class=\"charts\">");
+        o.push_str(&time_chart(r, step));
+        for c in latency_charts(r, step) {
+            o.push_str(&c);
+        }
+        o.push_str("</div>");
+        o.push_str(&flames(r, step, &base, i));
+    }
+    o.push_str("</body></html>\n");
+    o
+}
+
+/// Markdown for a blog: per step a table and the time chart, written as an SVG file into
+/// `charts_dir` and linked relative to the markdown's directory `md_dir`.
+pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Result<String> {
+    std::fs::create_dir_all(charts_dir)?;
+    let mut o = String::new();
+    let fs: Vec<&str> = r.filesystems.iter().map(|f| f.fs.as_str()).collect();
+    let _ = writeln!(
+        o,
+        "# fsprof run: suite {} on {}\n\nKernel {}, {} CPUs, {} memory; scale {}, {} passes (medians shown).\n",
+        r.suite,
+        fs.join(", "),
+        r.kernel,
+        r.cpus,
+        bytes(r.memory_bytes),
+        r.scale,
+        r.passes
+    );
+    for step in r.step_names() {
+        let _ = writeln!(o, "## {step}\n");
+        let _ = writeln!(
+            o,
+            "| fs | wall | user | sys | kernel bg | I/O wait | other D | run-queue | syncfs | quiesce |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for f in &r.filesystems {
+            let runs = f.runs_of(&step);
+            if runs.is_empty() {
+                continue;
+            }
+            let m = median_cells(&runs).map(seconds);
+            let _ = writeln!(o, "| {} | {} |", f.fs, m.join(" | "));
+        }
+        let svg = charts_dir.join(format!("{step}.svg"));
+        std::fs::write(&svg, time_chart(r, &step))?;
+        let rel = svg.strip_prefix(md_dir).unwrap_or(&svg);
+        let _ = writeln!(o, "\n![{step}: time per filesystem]({})\n", rel.display());
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(super::utc(1_796_227_777), "2026-12-02 16:09 UTC");
+        assert_eq!(super::utc(951_782_400), "2000-02-29 00:00 UTC");
+    }
+}

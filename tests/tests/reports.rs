@@ -1,0 +1,301 @@
+//! Reports for people, on real runs: the HTML report renders in headless Chromium with every
+//! chart drawn and no script error; compare flags nothing against itself and flags a step
+//! made slower on purpose (and exits non-zero for CI); explain names I/O wait and the write
+//! path for a direct-I/O writer; broken inputs give one-line errors.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use fsprof_tests::*;
+
+/// `fsprof run --suite none --fs FS --passes N --step …` into `dir/tag.json`.
+fn run(dir: &Path, tag: &str, fs: &str, passes: u32, steps: &[&str], extra: &[&str]) -> PathBuf {
+    let json = dir.join(format!("{tag}.json"));
+    let mut cmd = Command::new(fsprof_bin());
+    cmd.args(["run", "--suite", "none", "--fs", fs, "--passes"])
+        .arg(passes.to_string())
+        .args(extra)
+        .arg("--json")
+        .arg(&json);
+    for s in steps {
+        cmd.args(["--step", s]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json
+}
+
+fn fsprof(args: &[&str]) -> Output {
+    Command::new(fsprof_bin()).args(args).output().unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn html_report_renders_in_chromium() {
+    if !root_or_skip("html_report_renders_in_chromium") {
+        return;
+    }
+    let dir = TempDir::new("html");
+    let json = run(
+        &dir.0,
+        "r",
+        "ext4,xfs",
+        2,
+        &[
+            "write=dd if=/dev/zero of={mnt}/f bs=64k count=400 oflag=direct status=none",
+            "delete=rm -f {mnt}/f",
+        ],
+        &[],
+    );
+    let html = json.with_extension("html");
+    assert!(
+        html.exists(),
+        "run writes the HTML report beside the results"
+    );
+    let text = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        !text.contains("http://") || !text.contains("src=\"http"),
+        "no network resources"
+    );
+    let chrome = [
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--enable-logging=stderr",
+    ];
+    let url = format!("file://{}", html.display());
+    let png = dir.0.join("report.png");
+    let shot = Command::new(chrome[0])
+        .args(&chrome[1..])
+        .args(["--window-size=1400,2400", "--hide-scrollbars"])
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(&url)
+        .output()
+        .expect("chromium (cargo xtask setup installs it)");
+    assert!(
+        shot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    assert!(
+        std::fs::metadata(&png).unwrap().len() > 10_000,
+        "screenshot too small"
+    );
+    let dom = Command::new(chrome[0])
+        .args(&chrome[1..])
+        .args(["--virtual-time-budget=3000", "--dump-dom"])
+        .arg(&url)
+        .output()
+        .unwrap();
+    let dom_text = String::from_utf8_lossy(&dom.stdout);
+    let log = String::from_utf8_lossy(&dom.stderr);
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("CONSOLE") && (l.contains("Error") || l.contains("Uncaught"))),
+        "console errors: {log}"
+    );
+    // The page counts its charts with a non-zero rendered size into data-charts.
+    let charts: usize = dom_text
+        .split("data-charts=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no data-charts in the DOM: {}",
+                &dom_text[..dom_text.len().min(400)]
+            )
+        });
+    let in_page = text.matches("<svg class=\"chart\"").count();
+    assert!(in_page >= 4, "{in_page} charts in the page");
+    assert_eq!(charts, in_page, "charts rendered with a size");
+    // Every flame graph button points at a file that exists.
+    for part in text.split("onclick=\"show(").skip(1) {
+        let path = part.split('\'').nth(1).unwrap();
+        assert!(
+            dir.0.join(path).exists() || Path::new(path).exists(),
+            "{path}"
+        );
+    }
+    let md = fsprof(&["report", s(&json), "--format", "markdown"]);
+    let md_text = String::from_utf8_lossy(&md.stdout);
+    assert!(md.status.success() && md_text.contains("## write") && md_text.contains(".svg)"));
+}
+
+#[test]
+fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
+    if !root_or_skip("compare_flags_nothing_against_itself_and_an_injected_slowdown") {
+        return;
+    }
+    let dir = TempDir::new("compare");
+    let files = "for i in $(seq 200); do echo x > {mnt}/f$i; done";
+    let base = run(&dir.0, "base", "ext4", 3, &[&format!("files={files}")], &[]);
+    let same = fsprof(&["compare", s(&base), s(&base), "--fail-on-regression"]);
+    let out = String::from_utf8_lossy(&same.stdout);
+    assert_eq!(same.status.code(), Some(0), "{out}");
+    assert!(out.contains("0 regressions, 0 improvements"), "{out}");
+    // The same step forced to fsync every file.
+    let slow = "files=for i in $(seq 200); do echo x > {mnt}/f$i; sync {mnt}/f$i; done";
+    let new = run(&dir.0, "new", "ext4", 3, &[slow], &[]);
+    let json = dir.0.join("cmp.json");
+    let cmp = fsprof(&[
+        "compare",
+        s(&base),
+        s(&new),
+        "--fail-on-regression",
+        "--json",
+        s(&json),
+    ]);
+    let out = String::from_utf8_lossy(&cmp.stdout);
+    assert_eq!(cmp.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("ext4 files") && out.contains("REGRESSION"),
+        "{out}"
+    );
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let wall = c["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metric"] == "wall")
+        .unwrap();
+    assert_eq!(wall["verdict"], "regression", "{wall}");
+    assert!(wall["p"].as_f64().unwrap() < 0.05);
+    // Without --fail-on-regression the status stays 0.
+    assert_eq!(
+        fsprof(&["compare", s(&base), s(&new)]).status.code(),
+        Some(0)
+    );
+    // Different mount options are compared, and said.
+    let opts = run(
+        &dir.0,
+        "opts",
+        "ext4",
+        3,
+        &[&format!("files={files}")],
+        &["--mount-opts", "ext4:noatime"],
+    );
+    let cmp = fsprof(&["compare", s(&base), s(&opts)]);
+    assert!(String::from_utf8_lossy(&cmp.stdout).contains("note: filesystem options differ"));
+    // A different workload is refused in one line.
+    let other = run(
+        &dir.0,
+        "other",
+        "ext4",
+        1,
+        &[&format!("files={files}")],
+        &["--scale", "0.5"],
+    );
+    let bad = fsprof(&["compare", s(&base), s(&other)]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("different workloads") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+#[test]
+fn explain_names_io_wait_and_the_write_path_of_direct_io() {
+    if !root_or_skip("explain_names_io_wait_and_the_write_path_of_direct_io") {
+        return;
+    }
+    let dir = TempDir::new("explain");
+    let json = run(
+        &dir.0,
+        "r",
+        "ext4,xfs",
+        1,
+        &[
+            "direct=dd if=/dev/zero of={mnt}/d bs=64k count=1500 oflag=direct status=none",
+            "buffered=dd if=/dev/zero of={mnt}/b bs=64k count=1500 status=none",
+        ],
+        &[],
+    );
+    let ex = fsprof(&["explain", s(&json), "--step", "direct", "--fs", "ext4"]);
+    let text = String::from_utf8_lossy(&ex.stdout);
+    assert!(
+        ex.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ex.stderr)
+    );
+    let spent = text
+        .lines()
+        .find(|l| l.starts_with("The target's threads spent"))
+        .unwrap();
+    assert!(
+        spent.starts_with("The target's threads spent I/O wait"),
+        "{text}"
+    );
+    let waits = text
+        .lines()
+        .find(|l| l.starts_with("Longest waits"))
+        .unwrap();
+    let first = waits.split(';').next().unwrap();
+    assert!(
+        first.contains("I/O wait in write") && first.contains("ext4_file_write_iter"),
+        "{text}"
+    );
+    // The buffered writer is mostly on a CPU: explain must not say I/O wait there.
+    let ex = fsprof(&["explain", s(&json), "--step", "buffered", "--fs", "ext4"]);
+    let text = String::from_utf8_lossy(&ex.stdout);
+    assert!(text.contains("The target's threads spent on-CPU"), "{text}");
+    // Against another filesystem: the comparison carries both figures.
+    let vs = fsprof(&[
+        "explain",
+        s(&json),
+        "--step",
+        "direct",
+        "--fs",
+        "xfs",
+        "--vs",
+        "ext4",
+    ]);
+    let text = String::from_utf8_lossy(&vs.stdout);
+    assert!(
+        text.starts_with("direct: xfs took") && text.contains("ext4 took"),
+        "{text}"
+    );
+    // Unknown cells are one-line errors.
+    let bad = fsprof(&["explain", s(&json), "--step", "nope", "--fs", "ext4"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        err.contains("did not run") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+#[test]
+fn broken_results_give_one_line_errors() {
+    if !root_or_skip("broken_results_give_one_line_errors") {
+        return;
+    }
+    let dir = TempDir::new("broken");
+    let json = run(&dir.0, "r", "ext4", 1, &["t=touch {mnt}/x"], &[]);
+    let text = std::fs::read_to_string(&json).unwrap();
+    let broken = dir.0.join("broken.json");
+    std::fs::write(&broken, &text[..text.len() / 3]).unwrap();
+    for args in [
+        vec!["compare", s(&json), s(&broken)],
+        vec!["explain", s(&broken), "--step", "t", "--fs", "ext4"],
+        vec!["report", s(&broken), "--html", "/dev/null"],
+    ] {
+        let out = fsprof(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("is not valid JSON"), "{args:?}: {err}");
+    }
+}
