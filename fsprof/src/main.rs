@@ -66,6 +66,9 @@ enum Cmd {
         /// Also write the comparison as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also write an HTML page with differential flame graphs of the flagged cells.
+        #[arg(long)]
+        html: Option<PathBuf>,
     },
     /// Where the time of one cell went, and with --vs why it took longer than on another
     /// filesystem.
@@ -587,20 +590,29 @@ fn real_main() -> Result<ExitCode> {
             fail_on_regression,
             all,
             json,
+            html,
         } => {
-            let load = |list: &str| -> Result<Vec<RunResult>> {
+            let load = |list: &str| -> Result<Vec<(PathBuf, RunResult)>> {
                 list.split(',')
-                    .map(|p| RunResult::load(std::path::Path::new(p)))
+                    .map(|p| Ok((PathBuf::from(p), RunResult::load(std::path::Path::new(p))?)))
                     .collect()
+            };
+            let (base, new) = (load(&base)?, load(&new)?);
+            let results = |set: &[(PathBuf, RunResult)]| -> Vec<RunResult> {
+                set.iter().map(|(_, r)| r.clone()).collect()
             };
             let opts = fsprof::analysis::compare::CompareOptions {
                 threshold: threshold / 100.0,
                 alpha,
             };
-            let c = fsprof::analysis::compare::compare(&load(&base)?, &load(&new)?, &opts)?;
+            let c = fsprof::analysis::compare::compare(&results(&base), &results(&new), &opts)?;
             print!("{}", report::compare_table::render(&c, &opts, all));
             if let Some(path) = json {
                 std::fs::write(&path, serde_json::to_string_pretty(&c)? + "\n")?;
+                eprintln!("fsprof: wrote {}", path.display());
+            }
+            if let Some(path) = html {
+                report::compare_html::write(&c, &base, &new, &path)?;
                 eprintln!("fsprof: wrote {}", path.display());
             }
             let regressed = c.regressions().next().is_some();

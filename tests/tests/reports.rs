@@ -148,6 +148,7 @@ fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
     let slow = "files=for i in $(seq 200); do echo x > {mnt}/f$i; sync {mnt}/f$i; done";
     let new = run(&dir.0, "new", "ext4", 3, &[slow], &[]);
     let json = dir.0.join("cmp.json");
+    let page = dir.0.join("cmp.html");
     let cmp = fsprof(&[
         "compare",
         s(&base),
@@ -155,6 +156,8 @@ fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
         "--fail-on-regression",
         "--json",
         s(&json),
+        "--html",
+        s(&page),
     ]);
     let out = String::from_utf8_lossy(&cmp.stdout);
     assert_eq!(cmp.status.code(), Some(1), "{out}");
@@ -172,6 +175,18 @@ fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
         .unwrap();
     assert_eq!(wall["verdict"], "regression", "{wall}");
     assert!(wall["p"].as_f64().unwrap() < 0.05);
+    // The page shows the flagged cell's differential flame graphs, which exist.
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("ext4 files: new against base"), "{html}");
+    let diffs: Vec<&str> = html
+        .split("data=\"")
+        .skip(1)
+        .map(|p| p.split('"').next().unwrap())
+        .collect();
+    assert!(!diffs.is_empty());
+    for d in diffs {
+        assert!(dir.0.join(d).exists(), "{d}");
+    }
     // Without --fail-on-regression the status stays 0.
     assert_eq!(
         fsprof(&["compare", s(&base), s(&new)]).status.code(),

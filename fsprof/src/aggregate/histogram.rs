@@ -27,6 +27,10 @@ pub struct Summary {
     pub p99: u64,
     pub p999: u64,
     pub max: u64,
+    /// The distribution by power of two: [k, count] of values in [2^k, 2^(k+1)); empty
+    /// buckets left out.
+    #[serde(default)]
+    pub log2: Vec<(u32, u64)>,
 }
 
 impl Summary {
@@ -42,8 +46,18 @@ impl Summary {
             p99: h.value_at_quantile(0.99),
             p999: h.value_at_quantile(0.999),
             max: h.max(),
+            log2: log2_buckets(h),
         }
     }
+}
+
+fn log2_buckets(h: &Histogram<u64>) -> Vec<(u32, u64)> {
+    let mut b: std::collections::BTreeMap<u32, u64> = Default::default();
+    for v in h.iter_recorded() {
+        let x = v.value_iterated_to().max(1);
+        *b.entry(63 - x.leading_zeros()).or_insert(0) += v.count_at_value();
+    }
+    b.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -64,5 +78,11 @@ mod tests {
             assert!(err < 0.02, "got {got} want {want}");
         }
         assert_eq!(s.count, 100_000);
+        // 2^k..2^(k+1) holds 2^k of the values 1..=100000 (bucket midpoints may shift
+        // a bucket's edge by one).
+        let total: u64 = s.log2.iter().map(|b| b.1).sum();
+        assert_eq!(total, 100_000);
+        let k10 = s.log2.iter().find(|b| b.0 == 10).unwrap().1;
+        assert!((k10 as f64 - 1024.0).abs() < 0.03 * 1024.0, "{:?}", s.log2);
     }
 }

@@ -214,6 +214,99 @@ pub fn percentiles(title: &str, series: &[(String, Vec<(&'static str, u64)>)]) -
     o
 }
 
+/// Distributions by power of two as frequency polygons, one per series: share of events
+/// (y) per latency bucket (x, log scale).
+pub fn histograms(title: &str, series: &[(String, Vec<(u32, u64)>)]) -> String {
+    let (w, h, left, right, top, bottom) = (360.0, 220.0, 44.0, 12.0, 30.0, 44.0);
+    let ks: Vec<u32> = series
+        .iter()
+        .flat_map(|(_, b)| b.iter().map(|x| x.0))
+        .collect();
+    let (k0, k1) = (
+        ks.iter().copied().min().unwrap_or(0),
+        ks.iter()
+            .copied()
+            .max()
+            .unwrap_or(1)
+            .max(ks.iter().copied().min().unwrap_or(0) + 1),
+    );
+    let x = |k: u32| left + (w - left - right) * (k - k0) as f64 / (k1 - k0) as f64;
+    let shares: Vec<Vec<(u32, f64)>> = series
+        .iter()
+        .map(|(_, b)| {
+            let total: u64 = b.iter().map(|x| x.1).sum::<u64>().max(1);
+            (k0..=k1)
+                .map(|k| {
+                    let n = b.iter().find(|x| x.0 == k).map(|x| x.1).unwrap_or(0);
+                    (k, n as f64 / total as f64)
+                })
+                .collect()
+        })
+        .collect();
+    let ymax = nice(
+        shares
+            .iter()
+            .flatten()
+            .map(|s| s.1)
+            .fold(0.0, f64::max)
+            .max(0.01),
+    );
+    let y = |v: f64| top + (h - top - bottom) * (1.0 - v / ymax);
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="11"><title>{t}</title><text x="{left}" y="16" font-size="13" font-weight="bold">{t}</text>"#,
+        t = esc(title)
+    );
+    for i in 0..=4 {
+        let v = ymax * i as f64 / 4.0;
+        let _ = write!(
+            o,
+            r##"<line x1="{left}" y1="{yy:.1}" x2="{x2}" y2="{yy:.1}" stroke="#ddd"/><text x="{tx}" y="{ty:.1}" text-anchor="end" fill="#555">{p:.0}%</text>"##,
+            yy = y(v),
+            x2 = w - right,
+            tx = left - 4.0,
+            ty = y(v) + 4.0,
+            p = 100.0 * v
+        );
+    }
+    let step = ((k1 - k0) / 5).max(1);
+    let mut k = k0;
+    while k <= k1 {
+        let _ = write!(
+            o,
+            r##"<text x="{xx:.1}" y="{ty}" text-anchor="middle" fill="#555">{l}</text>"##,
+            xx = x(k),
+            ty = h - bottom + 16.0,
+            l = duration_ns(1u64 << k.min(62))
+        );
+        k += step;
+    }
+    const COLORS: [&str; 6] = [
+        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+    ];
+    for (i, ((name, _), pts)) in series.iter().zip(&shares).enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let p: Vec<String> = pts
+            .iter()
+            .map(|(k, v)| format!("{:.1},{:.1}", x(*k), y(*v)))
+            .collect();
+        let _ = write!(
+            o,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"><title>{}</title></polyline><rect x="{lx:.1}" y="{ly}" width="10" height="10" fill="{c}"/><text x="{tx:.1}" y="{ty}">{n}</text>"#,
+            p.join(" "),
+            esc(name),
+            lx = left + 70.0 * i as f64,
+            ly = h - 16.0,
+            tx = left + 70.0 * i as f64 + 14.0,
+            ty = h - 7.0,
+            n = esc(name)
+        );
+    }
+    o.push_str("</svg>");
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +329,7 @@ mod tests {
             &[("ext4".into(), vec![("p50", 1000), ("p99", 90_000)])],
         );
         assert!(p.contains("<polyline") && p.ends_with("</svg>"));
+        let hgm = histograms("h", &[("xfs".into(), vec![(10, 5), (12, 15)])]);
+        assert!(hgm.contains("<polyline") && hgm.ends_with("</svg>"));
     }
 }

@@ -119,12 +119,22 @@ pub fn latency_charts(r: &RunResult, step: &str) -> Vec<String> {
             .collect();
         charts::percentiles(&title, &series)
     };
+    let hist = |title: String, get: &dyn Fn(&StepRun) -> Option<Summary>| {
+        let series: Vec<(String, Vec<(u32, u64)>)> = cells
+            .iter()
+            .filter_map(|(f, runs)| Some((f.fs.clone(), get(runs[0])?.log2)))
+            .filter(|(_, b)| !b.is_empty())
+            .collect();
+        (!series.is_empty()).then(|| charts::histograms(&title, &series))
+    };
     let mut out = Vec::new();
     for (name, _) in names.iter().take(3) {
-        out.push(plot(format!("{name} latency (pass 1)"), &|s| {
+        let get = |s: &StepRun| {
             let c = s.trace.profile.syscalls.iter().find(|c| &c.name == name)?;
             Some(c.latency.clone())
-        }));
+        };
+        out.push(plot(format!("{name} latency percentiles (pass 1)"), &get));
+        out.extend(hist(format!("{name} latency histogram (pass 1)"), &get));
     }
     let mut classes: Vec<String> = Vec::new();
     for (_, runs) in &cells {

@@ -1,6 +1,7 @@
 //! Reports for people (terminal tables) and programs (versioned JSON).
 
 pub mod charts;
+pub mod compare_html;
 pub mod compare_table;
 pub mod flame;
 pub mod html;

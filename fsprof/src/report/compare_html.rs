@@ -1,0 +1,123 @@
+//! The HTML page of `fsprof compare`: notes, the flagged figures, and for every flagged cell
+//! differential flame graphs of new against base (from the runs' folded files).
+
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Result;
+
+use super::flame::{self, Folded, Kind};
+use crate::{
+    analysis::compare::{Comparison, Verdict},
+    run::results::RunResult,
+};
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A cell's folded stacks of `kind`, summed over a side's files. Paths in a results file
+/// are relative to it.
+fn side_folded(set: &[(PathBuf, RunResult)], fs: &str, step: &str, kind: Kind) -> Folded {
+    let mut out = Folded::new();
+    for (path, r) in set {
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let key = format!("{}.folded", kind.file_stem());
+        if let Some(p) = r
+            .flames
+            .cells
+            .get(step)
+            .and_then(|c| c.get(fs))
+            .and_then(|f| f.get(&key))
+            && let Ok(f) = flame::read_folded(&dir.join(p))
+        {
+            flame::merge(&mut out, &f);
+        }
+    }
+    out
+}
+
+/// Writes `html` and its diff graphs into `html`'s `.diffs` directory.
+pub fn write(
+    c: &Comparison,
+    base: &[(PathBuf, RunResult)],
+    new: &[(PathBuf, RunResult)],
+    html: &Path,
+) -> Result<()> {
+    let dir = html.with_extension("diffs");
+    std::fs::create_dir_all(&dir)?;
+    let mut o = String::from(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>fsprof compare</title><style>\
+         body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}\
+         td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}td:first-child{text-align:left}\
+         .regression{color:#b00}.improvement{color:#070}object{width:100%;height:560px;border:1px solid #ccc}\
+         </style></head><body><h1>fsprof compare</h1>",
+    );
+    for n in &c.notes {
+        let _ = write!(o, "<p>note: {}</p>", esc(n));
+    }
+    o.push_str("<table><tr><th>cell</th><th>figure</th><th>base</th><th>new</th><th>change</th><th>95% CI</th><th>p</th><th>verdict</th></tr>");
+    let mut cells: Vec<(String, String)> = Vec::new();
+    for r in c.flagged() {
+        let class = if r.verdict == Verdict::Regression {
+            "regression"
+        } else {
+            "improvement"
+        };
+        let _ = write!(
+            o,
+            "<tr class=\"{class}\"><td>{} {}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:+.1}%</td><td>{}</td><td>{}</td><td>{class}</td></tr>",
+            esc(&r.fs),
+            esc(&r.step),
+            esc(&r.metric),
+            r.base,
+            r.new,
+            r.change_pct,
+            r.ci_pct
+                .map(|(a, b)| format!("[{a:+.1}, {b:+.1}]%"))
+                .unwrap_or_default(),
+            r.p.map(|p| format!("{p:.3}")).unwrap_or_default(),
+        );
+        let cell = (r.fs.clone(), r.step.clone());
+        if !cells.contains(&cell) {
+            cells.push(cell);
+        }
+    }
+    o.push_str("</table>");
+    if cells.is_empty() {
+        o.push_str("<p>No significant change.</p>");
+    }
+    for (fs, step) in &cells {
+        let _ = write!(o, "<h2>{} {}: new against base</h2>", esc(fs), esc(step));
+        for kind in [Kind::OffCpu, Kind::OnCpu] {
+            let (b, n) = (
+                side_folded(base, fs, step, kind),
+                side_folded(new, fs, step, kind),
+            );
+            let svg = dir.join(format!("{step}-{fs}.{}.diff.svg", kind.file_stem()));
+            let title = format!("{fs} {step}: new vs base · {}", flame::kind_title(kind));
+            let sub = format!(
+                "widths: new ({} µs over its passes); red: more time than base ({} µs), blue: less",
+                flame::total_us(&n),
+                flame::total_us(&b)
+            );
+            if flame::render_diff(&b, &n, &title, &sub, &svg)? {
+                let rel = svg
+                    .strip_prefix(html.parent().unwrap_or(Path::new("")))
+                    .unwrap_or(&svg);
+                let _ = write!(
+                    o,
+                    "<object type=\"image/svg+xml\" data=\"{}\"></object>",
+                    esc(&rel.display().to_string())
+                );
+            }
+        }
+    }
+    o.push_str("</body></html>\n");
+    std::fs::write(html, o)?;
+    Ok(())
+}
