@@ -88,7 +88,7 @@ pub fn collapse(frames: &[&str], off: bool) -> String {
     }
     // What it waited in: the caller of the scheduler.
     let last = match frames[..sched_at].last().copied() {
-        Some("exit_to_user_mode_loop") => Some("preempted on return to user space"),
+        Some("exit_to_user_mode_loop") => Some("return to user space"),
         l if off => l,
         _ => None,
     };
@@ -422,7 +422,7 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     deltas.sort_by_key(|(_, x, y)| std::cmp::Reverse(*x as i128 - *y as i128));
     let grew: Vec<String> = deltas
         .iter()
-        .filter(|(_, x, y)| x > y)
+        .filter(|(_, x, y)| *x > y + 500_000)
         .map(|(l, x, y)| {
             format!(
                 "{l} {} ({} vs {})",
@@ -437,7 +437,7 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     }
     let shrank: Vec<String> = deltas
         .iter()
-        .filter(|(_, x, y)| x < y)
+        .filter(|(_, x, y)| x + 500_000 < *y)
         .map(|(l, x, y)| format!("{l} {}", signed(*x as i128 - *y as i128)))
         .collect();
     if !shrank.is_empty() {

@@ -58,12 +58,23 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
         metric("kernel bg", ns, runs, |s| {
             s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0) as f64
         }),
-        metric("throughput", Unit::BytesPerSec, runs, |s| {
-            let bytes: u64 = s.trace.profile.block.iter().map(|b| b.bytes).sum();
-            let t = (s.trace.wall_ns + s.syncfs_ns) as f64 / 1e9;
-            if t > 0.0 { bytes as f64 / t } else { 0.0 }
-        }),
     ];
+    // The workload's throughput: bytes its read/write calls moved per second until durable
+    // (block bytes would reward a filesystem that writes more for the same work).
+    let moved = |s: &StepRun| -> u64 {
+        s.trace
+            .profile
+            .syscalls
+            .iter()
+            .filter_map(|c| c.bytes)
+            .sum()
+    };
+    if runs.iter().all(|s| moved(s) > 0) {
+        out.push(metric("throughput", Unit::BytesPerSec, runs, |s| {
+            let t = (s.trace.wall_ns + s.syncfs_ns) as f64 / 1e9;
+            if t > 0.0 { moved(s) as f64 / t } else { 0.0 }
+        }));
+    }
     let Some(first) = runs.first() else {
         return out;
     };
