@@ -40,6 +40,11 @@ static STACK_WEIGHTS: PerCpuHashMap<WeightKey, Weight> =
 #[map]
 static STACK_SEQ: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 
+/// Processes (tgid) that do the filesystem's work in userspace, e.g. the ntfs-3g FUSE
+/// daemon: sampled as background work, with their user stacks.
+#[map]
+static BACKGROUND_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(16, 0);
+
 /// Scratch space for a key (too big for the 512-byte BPF stack). One slot per context
 /// that captures, so a sample interrupting a capture in progress cannot corrupt it.
 pub const SLOT_SCHED: u32 = 0;
@@ -141,7 +146,8 @@ pub fn add_weight(stack: u32, class: u32, ns: u64) {
 }
 
 /// cpu-clock sample on one CPU: the interrupted task's stack, if it is followed (on-CPU
-/// time of the target) or a kernel thread (background work, classified in userspace).
+/// time of the target), a kernel thread or a filesystem daemon (background work, classified
+/// in userspace).
 #[perf_event]
 pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     let cfg = config();
@@ -155,6 +161,11 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     } else if cfg.background != 0 && is_kthread() {
         count(Counter::SamplesKernelThreads);
         (STACK_CLASS_BACKGROUND, true)
+    } else if cfg.background != 0
+        && unsafe { BACKGROUND_PIDS.get(&((bpf_get_current_pid_tgid() >> 32) as u32)) }.is_some()
+    {
+        count(Counter::SamplesKernelThreads);
+        (STACK_CLASS_BACKGROUND, false)
     } else {
         return 0;
     };

@@ -409,6 +409,7 @@ fn trace_on_lab(
         opts.probes.fs_events = Some(labfs.fs_target()?);
     }
     opts.device_name = Some(labfs.device_name());
+    opts.probes.background_pids = labfs.daemon_pid().into_iter().collect();
     opts.sync_after = Some(labfs.mountpoint().to_path_buf());
     opts.quiesce_after = true;
     if let Some(f) = &mut opts.flames {

@@ -296,3 +296,46 @@ fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
     let other = diff(&ext4, &xfs, "other.svg");
     assert!(other.iter().any(|f| f != "rgb(250,250,250)"), "{other:?}");
 }
+
+#[test]
+fn fuse_daemon_work_is_background_work() {
+    if !root_or_skip("fuse_daemon_work_is_background_work") {
+        return;
+    }
+    if FsKind::Ntfs.check_available().is_err() {
+        eprintln!("SKIPPED fuse_daemon_work_is_background_work: no ntfs-3g");
+        return;
+    }
+    let out = TempDir::new("fuse");
+    let fs = lab(FsKind::Ntfs, 512 << 20, "");
+    let daemon = fs
+        .daemon_pid()
+        .expect("the ntfs-3g process serving the lab mount");
+    assert!(
+        std::fs::read_to_string(format!("/proc/{daemon}/comm"))
+            .unwrap()
+            .starts_with("ntfs-3g")
+    );
+    let r = trace_with_stacks(
+        argv(&[
+            "dd",
+            "if=/dev/zero",
+            "of=data",
+            "bs=1M",
+            "count=64",
+            "conv=fsync",
+            "status=none",
+        ]),
+        Some(fs.mountpoint()),
+        Some(&fs),
+        &out.0,
+    );
+    let bg = r.background.as_ref().unwrap();
+    let daemon_ns: u64 = bg
+        .by_class
+        .iter()
+        .filter(|(c, _)| c.starts_with("fs daemon (ntfs-3g"))
+        .map(|(_, ns)| ns)
+        .sum();
+    assert!(daemon_ns > 0, "{bg:?}");
+}

@@ -292,7 +292,12 @@ pub fn collect(
                     s.comm = "[stack unavailable]".to_string();
                 }
             }
-            if class == STACK_CLASS_BACKGROUND {
+            // A userspace daemon's samples (FUSE) are background work by who it is.
+            let daemon = keys.get(&id).is_some_and(|k| k.kthread == 0);
+            if class == STACK_CLASS_BACKGROUND && daemon {
+                s.group = Some(format!("fs daemon ({})", s.comm));
+                stacks.background.push(s);
+            } else if class == STACK_CLASS_BACKGROUND {
                 match background::classify(&s.comm, &s.kernel, dev_name) {
                     Some(g) => {
                         s.group = Some(g);

@@ -160,6 +160,27 @@ impl LabFs {
         fs_target_of(self.kind.name(), self.mountpoint())
     }
 
+    /// The userspace process serving the filesystem (ntfs-3g's FUSE daemon), if any: found
+    /// by its command line naming the device and the mount point.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        if self.kind != FsKind::Ntfs {
+            return None;
+        }
+        let (dev, mnt) = (
+            self.device_path().to_string_lossy().into_owned(),
+            self.mountpoint().to_string_lossy().into_owned(),
+        );
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let args: Vec<String> = cmd
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            (args.iter().any(|a| a == &dev) && args.iter().any(|a| a == &mnt)).then_some(pid)
+        })
+    }
+
     /// Kernel name of the device (loop0), for per-device kernel threads (jbd2/loop0-8).
     pub fn device_name(&self) -> String {
         self.device_path()

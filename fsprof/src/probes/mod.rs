@@ -46,6 +46,9 @@ pub struct ProbeOptions {
     pub stacks: Option<StackOptions>,
     /// Count this filesystem's own tracepoints; None: none.
     pub fs_events: Option<FsTarget>,
+    /// Userspace processes that work for the filesystem (a FUSE daemon): their on-CPU
+    /// samples are background work.
+    pub background_pids: Vec<u32>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -123,6 +126,15 @@ impl Probes {
                 HashMap::try_from(ebpf.map_mut("DEVICE_FILTER").context("DEVICE_FILTER map")?)?;
             for dev in &opts.devices {
                 filter.insert(dev, 1, 0)?;
+            }
+        }
+        if !opts.background_pids.is_empty() {
+            let mut bg: HashMap<_, u32, u8> = HashMap::try_from(
+                ebpf.map_mut("BACKGROUND_PIDS")
+                    .context("BACKGROUND_PIDS map")?,
+            )?;
+            for pid in &opts.background_pids {
+                bg.insert(pid, 1, 0)?;
             }
         }
         let mut attached = Vec::new();

@@ -329,6 +329,7 @@ fn run_matrix(
                         devices: vec![labfs.kernel_dev()?],
                         stacks: opts.stacks,
                         fs_events: opts.fs_events.then(|| labfs.fs_target()).transpose()?,
+                        background_pids: labfs.daemon_pid().into_iter().collect(),
                     },
                     // The server is meant to outlive the client; it is stopped below.
                     kill_leftovers_in: server.is_none().then(|| ctx.dir.clone()),
