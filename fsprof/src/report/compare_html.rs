@@ -93,7 +93,7 @@ pub fn write(
     }
     for (fs, step) in &cells {
         let _ = write!(o, "<h2>{} {}: new against base</h2>", esc(fs), esc(step));
-        for kind in [Kind::OffCpu, Kind::OnCpu] {
+        for kind in [Kind::OffCpu, Kind::OnCpu, Kind::Combined] {
             let (b, n) = (
                 side_folded(base, fs, step, kind),
                 side_folded(new, fs, step, kind),
