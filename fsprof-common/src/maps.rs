@@ -288,11 +288,8 @@ pub enum Counter {
     BuildIdTableFull = 6,
     /// (stack, class) weights that could not be created: that time is missing from stacks.
     StackWeightsFull = 7,
-    /// On-CPU samples taken of the target and of kernel threads.
-    SamplesTarget = 8,
-    SamplesKernelThreads = 9,
 }
-pub const COUNTERS: u32 = 10;
+pub const COUNTERS: u32 = 8;
 
 /// Frames kept per kernel stack and per user stack. Filesystem paths from a syscall down to
 /// io_schedule are 20-50 frames deep; deeper stacks are cut at the root end.

@@ -156,15 +156,12 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         return 0; // idle
     }
     let (class, kthread) = if unsafe { TASKS.get(&tid) }.is_some() {
-        count(Counter::SamplesTarget);
         (TimeClass::OnCpu as u32, false)
     } else if cfg.background != 0 && is_kthread() {
-        count(Counter::SamplesKernelThreads);
         (STACK_CLASS_BACKGROUND, true)
     } else if cfg.background != 0
         && unsafe { BACKGROUND_PIDS.get(&((bpf_get_current_pid_tgid() >> 32) as u32)) }.is_some()
     {
-        count(Counter::SamplesKernelThreads);
         (STACK_CLASS_BACKGROUND, false)
     } else {
         return 0;

@@ -402,16 +402,8 @@ fn trace_on_lab(
         .iter()
         .map(|a| a.replace("{mnt}", &mnt))
         .collect();
-    opts.cwd = Some(labfs.mountpoint().to_path_buf());
-    opts.kill_leftovers_in = Some(labfs.mountpoint().to_path_buf());
-    opts.probes.devices.push(labfs.kernel_dev()?);
-    if opts.probes.fs_events.is_some() {
-        opts.probes.fs_events = Some(labfs.fs_target()?);
-    }
-    opts.device_name = Some(labfs.device_name());
-    opts.probes.background_pids = labfs.daemon_pid().into_iter().collect();
-    opts.sync_after = Some(labfs.mountpoint().to_path_buf());
-    opts.quiesce_after = true;
+    let fs_events = opts.probes.fs_events.is_some();
+    opts.on_lab(&labfs, fs_events, true)?;
     if let Some(f) = &mut opts.flames {
         f.title = format!("{kind} · {}", f.title);
     }
@@ -551,7 +543,7 @@ fn real_main() -> Result<ExitCode> {
                 "csv" => print!("{}", r.to_csv()),
                 "json" => println!("{}", serde_json::to_string_pretty(&r)?),
                 "markdown" => {
-                    let dir = results.parent().unwrap_or(std::path::Path::new(""));
+                    let dir = run::results::dir_of(&results);
                     let md = report::html::markdown(&r, &results.with_extension("charts"), dir)?;
                     print!("{md}");
                 }

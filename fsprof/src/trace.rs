@@ -15,7 +15,7 @@ use crate::{
         stacks::{self, BackgroundSummary, StackSummary, Stacks},
         symbols,
     },
-    lab::quiesce,
+    lab::{LabFs, quiesce},
     probes::{ProbeOptions, Probes},
     report::flame,
     signals, target,
@@ -53,6 +53,25 @@ pub struct TraceOptions {
     pub device_name: Option<String>,
     /// Where to write folded stacks and flame graphs (needs `probes.stacks`).
     pub flames: Option<FlameOutput>,
+}
+
+impl TraceOptions {
+    /// Points everything at a lab filesystem: the command starts in it, only its device's
+    /// block I/O counts, its tracepoints (with `fs_events`) and its per-device kernel threads
+    /// and FUSE daemon are its own, leftovers in it are killed, and after the command it is
+    /// synced and (with `quiesce`) frozen and thawed, all still traced.
+    pub fn on_lab(&mut self, labfs: &LabFs, fs_events: bool, quiesce: bool) -> Result<()> {
+        let mnt = labfs.mountpoint().to_path_buf();
+        self.cwd = Some(mnt.clone());
+        self.kill_leftovers_in = Some(mnt.clone());
+        self.sync_after = Some(mnt);
+        self.quiesce_after = quiesce;
+        self.probes.devices = vec![labfs.kernel_dev()?];
+        self.probes.fs_events = fs_events.then(|| labfs.fs_target()).transpose()?;
+        self.probes.background_pids = labfs.daemon_pid().into_iter().collect();
+        self.device_name = Some(labfs.device_name());
+        Ok(())
+    }
 }
 
 /// Flame graph files of one trace: `{dir}/{stem}.{kind}.folded|svg`, titled `title`.

@@ -153,12 +153,10 @@ pub fn trace_with_stacks(
     };
     opts.probes.stacks = Some(fsprof::probes::StackOptions::default());
     if let Some(fs) = fs {
-        opts.probes.devices = vec![fs.kernel_dev().unwrap()];
-        opts.probes.fs_events = Some(fs.fs_target().unwrap());
-        opts.device_name = Some(fs.device_name());
-        opts.probes.background_pids = fs.daemon_pid().into_iter().collect();
-        opts.sync_after = Some(fs.mountpoint().to_path_buf());
-        opts.quiesce_after = true;
+        opts.on_lab(fs, true, true).unwrap();
+        if let Some(c) = cwd {
+            opts.cwd = Some(c.to_path_buf());
+        }
     }
     trace::run(&opts).expect("tracing")
 }

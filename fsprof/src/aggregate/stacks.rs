@@ -111,8 +111,11 @@ pub struct BackgroundSummary {
     pub top: Vec<TopStack>,
 }
 
-fn top(stacks: &[WeightedStack], label: impl Fn(&WeightedStack) -> String) -> Vec<TopStack> {
-    let mut v: Vec<&WeightedStack> = stacks.iter().collect();
+fn top<'a>(
+    stacks: impl IntoIterator<Item = &'a WeightedStack>,
+    label: impl Fn(&WeightedStack) -> String,
+) -> Vec<TopStack> {
+    let mut v: Vec<&WeightedStack> = stacks.into_iter().collect();
     v.sort_by_key(|s| std::cmp::Reverse(s.ns));
     v.into_iter()
         .take(TOP_STACKS)
@@ -127,18 +130,10 @@ fn top(stacks: &[WeightedStack], label: impl Fn(&WeightedStack) -> String) -> Ve
 
 impl Stacks {
     pub fn summary(&self) -> StackSummary {
-        let on: Vec<WeightedStack> = self
+        let (on, off): (Vec<&WeightedStack>, Vec<&WeightedStack>) = self
             .target
             .iter()
-            .filter(|s| s.class == TimeClass::OnCpu as u32)
-            .cloned()
-            .collect();
-        let off: Vec<WeightedStack> = self
-            .target
-            .iter()
-            .filter(|s| s.class != TimeClass::OnCpu as u32)
-            .cloned()
-            .collect();
+            .partition(|s| s.class == TimeClass::OnCpu as u32);
         let mut by_class = BTreeMap::new();
         for s in &off {
             *by_class
@@ -153,8 +148,8 @@ impl Stacks {
             off_cpu_by_class: by_class,
             distinct_stacks: self.distinct,
             capture_problems: self.problems.clone(),
-            top_on_cpu: top(&on, |s| class_label(s.class).to_string()),
-            top_off_cpu: top(&off, |s| class_label(s.class).to_string()),
+            top_on_cpu: top(on, |s| class_label(s.class).to_string()),
+            top_off_cpu: top(off, |s| class_label(s.class).to_string()),
         }
     }
 

@@ -4,10 +4,7 @@
 //! sentence is computed from the results and carries its figure.
 
 use crate::{aggregate::background::FS_PREFIXES, analysis::stats::median};
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-};
+use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Result, bail};
 
@@ -16,7 +13,7 @@ use crate::{
         flame::{self, Folded},
         units::{bytes, duration_ns, seconds},
     },
-    run::results::{RunResult, StepRun},
+    run::results::{RunResult, StepRun, dir_of},
 };
 
 /// Frames that say what a kernel path does for a filesystem: the background work's
@@ -230,7 +227,7 @@ impl<'a> Cell<'a> {
             .map(|f| collapsed(f, self.runs.len(), off))
             .unwrap_or_default()
     }
-    /// class → (requests, bytes) of pass 1 … medians.
+    /// block class → medians of (requests, bytes, median size, device p99).
     fn block(&self) -> BTreeMap<String, (u64, u64, u64, u64)> {
         let mut out: BTreeMap<String, (u64, u64, u64, u64)> = BTreeMap::new();
         let classes: Vec<String> = self
@@ -563,16 +560,12 @@ pub fn explain(
     fs: &str,
     vs: Option<&str>,
 ) -> Result<Vec<String>> {
-    let dir: PathBuf = results
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
-    let a = Cell::load(r, &dir, step, fs)?;
+    let dir = dir_of(results);
+    let a = Cell::load(r, dir, step, fs)?;
     match vs {
         None => Ok(one(&a, step)),
         Some(other) => {
-            let b = Cell::load(r, &dir, step, other)?;
+            let b = Cell::load(r, dir, step, other)?;
             Ok(versus(&a, &b, step))
         }
     }

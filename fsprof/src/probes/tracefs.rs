@@ -1,6 +1,6 @@
-//! Which tracepoints this kernel has, and their record layouts, read from tracefs. tracefs
-//! is often not mounted (it is not on these machines): then it is mounted privately for
-//! the read and unmounted at once; the perf events opened later need only the ids.
+//! Which tracepoints this kernel has, by subsystem: the names of tracefs's `events/SUB/`
+//! directories. tracefs is often not mounted (it is not on these machines): then it is
+//! mounted privately for the listing and unmounted at once; raw tracepoints attach by name.
 
 use std::{
     collections::BTreeMap,
@@ -11,101 +11,32 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-/// One field of a tracepoint record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Field {
-    pub name: String,
-    /// The C declaration, e.g. "dev_t dev" or "char name[32]".
-    pub decl: String,
-    pub offset: u32,
-    pub size: u32,
-}
-
-/// A tracepoint: `subsystem:name`, its perf event id and its fields.
+/// A tracepoint, `subsystem:name`.
 #[derive(Clone, Debug)]
 pub struct Event {
     pub subsystem: String,
     pub name: String,
-    pub id: u64,
-    pub fields: Vec<Field>,
 }
 
 impl Event {
-    pub fn field(&self, name: &str) -> Option<&Field> {
-        self.fields.iter().find(|f| f.name == name)
-    }
     pub fn full_name(&self) -> String {
         format!("{}:{}", self.subsystem, self.name)
     }
 }
 
-/// Parses a tracefs `format` file's field lines.
-pub fn parse_format(text: &str) -> Vec<Field> {
-    let mut fields = Vec::new();
-    for line in text.lines() {
-        let line = line.trim();
-        let Some(rest) = line.strip_prefix("field:") else {
-            continue;
-        };
-        let mut decl = "";
-        let mut offset = None;
-        let mut size = None;
-        for (i, part) in rest.split(';').enumerate() {
-            let part = part.trim();
-            if i == 0 {
-                decl = part;
-            } else if let Some(v) = part.strip_prefix("offset:") {
-                offset = v.parse().ok();
-            } else if let Some(v) = part.strip_prefix("size:") {
-                size = v.parse().ok();
-            }
-        }
-        // The name is the last identifier of the declaration, before any array suffix.
-        let name = decl
-            .split('[')
-            .next()
-            .unwrap_or("")
-            .rsplit([' ', '*'])
-            .next()
-            .unwrap_or("")
-            .to_string();
-        if let (Some(offset), Some(size)) = (offset, size)
-            && !name.is_empty()
-        {
-            fields.push(Field {
-                name,
-                decl: decl.to_string(),
-                offset,
-                size,
-            });
-        }
-    }
-    fields
-}
-
 fn read_events(root: &Path, subsystems: &[&str]) -> BTreeMap<String, Vec<Event>> {
     let mut out = BTreeMap::new();
     for &sub in subsystems {
-        let mut events = Vec::new();
-        let dir = root.join("events").join(sub);
-        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            let (Ok(id), Ok(format)) = (
-                fs::read_to_string(path.join("id")),
-                fs::read_to_string(path.join("format")),
-            ) else {
-                continue;
-            };
-            let Ok(id) = id.trim().parse() else {
-                continue;
-            };
-            events.push(Event {
+        let mut events: Vec<Event> = fs::read_dir(root.join("events").join(sub))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| Event {
                 subsystem: sub.to_string(),
-                name: entry.file_name().to_string_lossy().into_owned(),
-                id,
-                fields: parse_format(&format),
-            });
-        }
+                name: e.file_name().to_string_lossy().into_owned(),
+            })
+            .collect();
         events.sort_by(|a, b| a.name.cmp(&b.name));
         out.insert(sub.to_string(), events);
     }
@@ -168,31 +99,4 @@ pub fn events() -> Result<&'static BTreeMap<String, Vec<Event>>, String> {
         })
         .as_ref()
         .map_err(Clone::clone)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_format_fields() {
-        let text = "name: x\nID: 7\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
-                    \tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n\
-                    \tfield:char name[32];\toffset:12;\tsize:32;\tsigned:0;\n\
-                    \tfield:const void * buf_ops;\toffset:56;\tsize:8;\tsigned:0;\n";
-        let f = parse_format(text);
-        let names: Vec<_> = f
-            .iter()
-            .map(|f| (f.name.as_str(), f.offset, f.size))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                ("common_type", 0, 2),
-                ("dev", 8, 4),
-                ("name", 12, 32),
-                ("buf_ops", 56, 8)
-            ]
-        );
-    }
 }

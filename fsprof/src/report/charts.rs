@@ -3,7 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::units::{duration_ns, seconds};
+use super::{
+    escape as esc,
+    units::{duration_ns, seconds},
+};
 
 /// One bar: a label, segments (name, ns, color), and the min–max spread of the total.
 pub struct Bar {
@@ -12,11 +15,33 @@ pub struct Bar {
     pub spread: Option<(u64, u64)>,
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// Colors of the series (one per filesystem) in the line charts.
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+];
+
+/// The opening of a chart: `<svg class="chart">`, its tooltip title and the bold heading.
+fn open(w: f64, h: f64, left: f64, font: u32, title: &str) -> String {
+    format!(
+        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="{font}"><title>{t}</title><text x="{left}" y="{ty}" font-size="{hf}" font-weight="bold">{t}</text>"#,
+        t = esc(title),
+        ty = font + 6,
+        hf = font + 2
+    )
+}
+
+/// The legend entry of series `i` along the bottom of a line chart.
+fn legend(o: &mut String, i: usize, name: &str, left: f64, h: f64) {
+    let _ = write!(
+        o,
+        r#"<rect x="{lx:.1}" y="{ly}" width="10" height="10" fill="{c}"/><text x="{tx:.1}" y="{ty}">{n}</text>"#,
+        c = COLORS[i % COLORS.len()],
+        lx = left + 70.0 * i as f64,
+        ly = h - 16.0,
+        tx = left + 70.0 * i as f64 + 14.0,
+        ty = h - 7.0,
+        n = esc(name)
+    );
 }
 
 /// A "nice" axis maximum ≥ v: 1, 2 or 5 × a power of ten.
@@ -48,12 +73,7 @@ pub fn stacked_bars(title: &str, bars: &[Bar]) -> String {
         .unwrap_or(0) as f64;
     let axis = nice(max);
     let x = |ns: f64| left + (w - left - right) * ns / axis;
-    let mut o = String::new();
-    let _ = write!(
-        o,
-        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="12"><title>{t}</title><text x="{left}" y="18" font-size="14" font-weight="bold">{t}</text>"#,
-        t = esc(title)
-    );
+    let mut o = open(w, h, left, 12, title);
     for i in 0..=5 {
         let v = axis * i as f64 / 5.0;
         let xx = x(v);
@@ -125,9 +145,6 @@ pub fn stacked_bars(title: &str, bars: &[Bar]) -> String {
 
 /// Series of (x label, ns) points, e.g. p50 … max per filesystem, on a log y axis.
 pub fn percentiles(title: &str, series: &[(String, Vec<(&'static str, u64)>)]) -> String {
-    const COLORS: [&str; 6] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-    ];
     let (w, h, left, right, top, bottom) = (360.0, 220.0, 64.0, 12.0, 30.0, 44.0);
     let vals: Vec<u64> = series
         .iter()
@@ -148,12 +165,7 @@ pub fn percentiles(title: &str, series: &[(String, Vec<(&'static str, u64)>)]) -
         let lv = (v.max(1) as f64).log10();
         top + (h - top - bottom) * (1.0 - (lv - l0) / (l1 - l0))
     };
-    let mut o = String::new();
-    let _ = write!(
-        o,
-        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="11"><title>{t}</title><text x="{left}" y="16" font-size="13" font-weight="bold">{t}</text>"#,
-        t = esc(title)
-    );
+    let mut o = open(w, h, left, 11, title);
     let mut e = l0;
     while e <= l1 {
         let v = 10f64.powf(e) as u64;
@@ -200,15 +212,7 @@ pub fn percentiles(title: &str, series: &[(String, Vec<(&'static str, u64)>)]) -
                 duration_ns(*v)
             );
         }
-        let _ = write!(
-            o,
-            r#"<rect x="{lx:.1}" y="{ly}" width="10" height="10" fill="{c}"/><text x="{tx:.1}" y="{ty}">{n}</text>"#,
-            lx = left + 70.0 * k as f64,
-            ly = h - 16.0,
-            tx = left + 70.0 * k as f64 + 14.0,
-            ty = h - 7.0,
-            n = esc(name)
-        );
+        legend(&mut o, k, name, left, h);
     }
     o.push_str("</svg>");
     o
@@ -252,12 +256,7 @@ pub fn histograms(title: &str, series: &[(String, Vec<(u32, u64)>)]) -> String {
             .max(0.01),
     );
     let y = |v: f64| top + (h - top - bottom) * (1.0 - v / ymax);
-    let mut o = String::new();
-    let _ = write!(
-        o,
-        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="11"><title>{t}</title><text x="{left}" y="16" font-size="13" font-weight="bold">{t}</text>"#,
-        t = esc(title)
-    );
+    let mut o = open(w, h, left, 11, title);
     for i in 0..=4 {
         let v = ymax * i as f64 / 4.0;
         let _ = write!(
@@ -282,9 +281,6 @@ pub fn histograms(title: &str, series: &[(String, Vec<(u32, u64)>)]) -> String {
         );
         k += step;
     }
-    const COLORS: [&str; 6] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-    ];
     for (i, ((name, _), pts)) in series.iter().zip(&shares).enumerate() {
         let c = COLORS[i % COLORS.len()];
         let p: Vec<String> = pts
@@ -293,15 +289,11 @@ pub fn histograms(title: &str, series: &[(String, Vec<(u32, u64)>)]) -> String {
             .collect();
         let _ = write!(
             o,
-            r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"><title>{}</title></polyline><rect x="{lx:.1}" y="{ly}" width="10" height="10" fill="{c}"/><text x="{tx:.1}" y="{ty}">{n}</text>"#,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"><title>{}</title></polyline>"#,
             p.join(" "),
             esc(name),
-            lx = left + 70.0 * i as f64,
-            ly = h - 16.0,
-            tx = left + 70.0 * i as f64 + 14.0,
-            ty = h - 7.0,
-            n = esc(name)
         );
+        legend(&mut o, i, name, left, h);
     }
     o.push_str("</svg>");
     o

@@ -8,24 +8,21 @@ use std::{
 
 use anyhow::Result;
 
-use super::flame::{self, Folded, Kind};
+use super::{
+    escape as esc,
+    flame::{self, Folded, Kind},
+};
 use crate::{
     analysis::compare::{Comparison, Verdict},
-    run::results::RunResult,
+    run::results::{RunResult, dir_of},
 };
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
 
 /// A cell's folded stacks of `kind`, summed over a side's files. Paths in a results file
 /// are relative to it.
 fn side_folded(set: &[(PathBuf, RunResult)], fs: &str, step: &str, kind: Kind) -> Folded {
     let mut out = Folded::new();
     for (path, r) in set {
-        let dir = path.parent().unwrap_or(Path::new(""));
+        let dir = dir_of(path);
         let key = format!("{}.folded", kind.file_stem());
         if let Some(p) = r
             .flames

@@ -4,25 +4,19 @@
 //! latency percentile plots per syscall and block class, and the flame graphs of every cell,
 //! browsable (they are files beside the report, loaded when chosen).
 
-use crate::analysis::stats::median;
 use std::{fmt::Write as _, path::Path};
 
 use super::{
     charts::{self, Bar},
+    escape as esc,
     run_table::median_cells,
     units::{bytes, seconds},
 };
 use crate::{
     aggregate::histogram::Summary,
-    run::results::{FsRun, RunResult, StepRun},
+    analysis::stats::median,
+    run::results::{FsRun, RunResult, StepRun, dir_of},
 };
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 const SEGMENTS: [(&str, &str); 5] = [
     ("user", "#e4572e"),
@@ -322,17 +316,15 @@ document.querySelectorAll('iframe[data-src]').forEach(function(f){f.src=f.getAtt
 /// The report; flame graph paths are made relative to `html`'s directory.
 pub fn render(r: &RunResult, results: &Path, html: &Path) -> String {
     // Paths in the results are relative to the results file; the report may be elsewhere.
-    let rdir = results
-        .parent()
-        .map(|p| p.to_path_buf())
-        .unwrap_or_default();
-    let hdir = html.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-    let base = if rdir == hdir || rdir.as_os_str().is_empty() && hdir.as_os_str().is_empty() {
+    let (rdir, hdir) = (dir_of(results), dir_of(html));
+    let base = if rdir == hdir {
         String::new()
     } else {
         format!(
             "{}/",
-            std::fs::canonicalize(&rdir).unwrap_or(rdir).display()
+            std::fs::canonicalize(rdir)
+                .unwrap_or_else(|_| rdir.to_path_buf())
+                .display()
         )
     };
     let mut o = String::new();

@@ -15,6 +15,14 @@ use anyhow::{Context, Result};
 
 use crate::trace::TraceResult;
 
+/// Text made safe inside XML and HTML, attributes included.
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
 /// Writes `result` as pretty JSON (schema in docs/json.md).
 pub fn write_json(result: &TraceResult, path: &Path) -> Result<()> {
     let text = serde_json::to_string_pretty(result)?;

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 use crate::{
     lab::{self, FsKind, LabFs, LabOptions, device},
-    probes::{ProbeOptions, StackOptions},
+    probes::StackOptions,
     signals,
     suite::Suite,
     trace::{self, FlameOutput, TraceOptions},
@@ -174,12 +174,13 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
             );
         }
     }
+    let wanted = |name: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == name);
     let suite_steps: Vec<Step> = opts
         .suite
         .steps
         .iter()
         .copied()
-        .filter(|s| opts.only.is_empty() || opts.only.iter().any(|o| o == s.name()))
+        .filter(|s| wanted(s.name()))
         .collect();
     for &step in &suite_steps {
         workload::prepare(step, &ctx)?;
@@ -190,7 +191,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
         .chain(
             opts.suite
                 .pgbench_spec()
-                .filter(|_| opts.only.is_empty() || opts.only.iter().any(|o| o == "pgbench"))
+                .filter(|_| wanted("pgbench"))
                 .map(RunStep::Pgbench),
         )
         .chain(opts.extra_steps.iter().cloned())
@@ -233,12 +234,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
         Err(e) => result.interrupted = Some(format!("{e:#}")),
     }
     if opts.stacks.is_some() {
-        let base = opts
-            .results
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-        match flames::draw(&result, &opts.flames_dir, base) {
+        match flames::draw(&result, &opts.flames_dir, results::dir_of(&opts.results)) {
             Ok(f) => result.flames = f,
             Err(e) => eprintln!("fsprof: warning: flame graphs not drawn: {e:#}"),
         }
@@ -321,21 +317,9 @@ fn run_matrix(
                 if opts.drop_caches {
                     lab::drop_caches()?;
                 }
-                let trace = trace::run(&TraceOptions {
+                let mut trace_opts = TraceOptions {
                     command,
-                    cwd: Some(ctx.dir.clone()),
                     also_follow: server.iter().map(|s| s.pid).collect(),
-                    probes: ProbeOptions {
-                        devices: vec![labfs.kernel_dev()?],
-                        stacks: opts.stacks,
-                        fs_events: opts.fs_events.then(|| labfs.fs_target()).transpose()?,
-                        background_pids: labfs.daemon_pid().into_iter().collect(),
-                    },
-                    // The server is meant to outlive the client; it is stopped below.
-                    kill_leftovers_in: server.is_none().then(|| ctx.dir.clone()),
-                    sync_after: Some(ctx.dir.clone()),
-                    quiesce_after: opts.quiesce,
-                    device_name: Some(labfs.device_name()),
                     flames: opts.stacks.map(|_| FlameOutput {
                         dir: opts.flames_dir.join(&name),
                         stem: format!("{kind}-pass{pass}"),
@@ -343,7 +327,14 @@ fn run_matrix(
                         svg: false,
                     }),
                     ..Default::default()
-                })?;
+                };
+                trace_opts.probes.stacks = opts.stacks;
+                trace_opts.on_lab(&labfs, opts.fs_events, opts.quiesce)?;
+                if server.is_some() {
+                    // The server is meant to outlive the client; it is stopped below.
+                    trace_opts.kill_leftovers_in = None;
+                }
+                let trace = trace::run(&trace_opts)?;
                 let mut metrics = std::collections::BTreeMap::new();
                 if let Some(tps) = server.as_ref().and_then(|s| s.tps()) {
                     metrics.insert("tps".to_string(), tps);

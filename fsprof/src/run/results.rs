@@ -77,6 +77,14 @@ pub struct StepRun {
     pub trace: TraceResult,
 }
 
+/// The directory a results file is in: the paths it holds (flame graphs) are relative to it.
+pub fn dir_of(results: &Path) -> &Path {
+    results
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 impl RunResult {
     /// Writes atomically (temp file + rename), so a reader never sees half a file.
     pub fn save(&self, path: &Path) -> Result<()> {
