@@ -27,13 +27,19 @@ pub struct ProbeConfig {
     pub stacks: u32,
     /// Non-zero: on-CPU samples of kernel threads are kept (background work).
     pub background: u32,
+    /// Non-zero: a filesystem joins FS_DEVS when a followed thread fires one of its
+    /// events, so fs events follow the filesystems the target works on.
+    pub fs_learn: u32,
     /// Weight of one on-CPU sample: the cpu-clock sample period, ns.
     pub sample_period_ns: u64,
-    /// The filesystem under test: its superblock's dev_t (kernel encoding), which fs
-    /// tracepoint events must lead to.
+    /// The one filesystem under test (a lab): its superblock's dev_t (kernel encoding),
+    /// which fs tracepoint events must lead to; 0: the FS_DEVS map decides.
     pub fs_dev: u32,
     pub _pad: u32,
 }
+
+// Passed to the kernel as plain bytes (aya::Pod): no implicit padding anywhere.
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4);
 
 // Task state bits (include/linux/sched.h); #defines, so not in BTF, and stable for decades.
 pub const TASK_INTERRUPTIBLE: u32 = 0x1;

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod hist;
+pub mod kdev;
 pub mod maps;
 
 pub use config::ProbeConfig;

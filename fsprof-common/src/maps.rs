@@ -360,6 +360,8 @@ pub struct Weight {
 /// Events of the filesystem's own tracepoints, counted by one raw-tracepoint program
 /// attached to each with its index as the BPF cookie.
 pub const MAX_FS_EVENTS: u32 = 4096;
+/// Filesystems (superblock dev_t) whose events count when several may.
+pub const MAX_FS_DEVS: u32 = 64;
 /// begin/end pairs timed (e.g. jbd2 commit, ext4_sync_file).
 pub const MAX_FS_PAIRS: u32 = 64;
 /// Pointer hops from a tracepoint argument to the superblock's dev_t.

@@ -36,7 +36,7 @@ fn watched_dev(rq: u64) -> Option<u32> {
     let disk = read_kernel::<u64>(q, cfg.queue_disk)?;
     let major = read_kernel::<i32>(disk, cfg.disk_major)? as u32;
     let minor = read_kernel::<i32>(disk, cfg.disk_first_minor)? as u32;
-    let dev = (major << 20) | minor;
+    let dev = fsprof_common::kdev::make(major, minor);
     if cfg.filter_devices != 0 && DEVICE_FILTER.get_ptr(dev).is_none() {
         return None;
     }

@@ -27,6 +27,7 @@ static CONFIG: ProbeConfig = ProbeConfig {
     task_flags: 0,
     stacks: 0,
     background: 0,
+    fs_learn: 0,
     sample_period_ns: 0,
     fs_dev: 0,
     _pad: 0,

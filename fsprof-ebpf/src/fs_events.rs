@@ -6,17 +6,18 @@
 
 use aya_ebpf::{
     EbpfContext,
+    bindings::BPF_NOEXIST,
     helpers::generated::bpf_get_attach_cookie,
     macros::{map, raw_tracepoint},
-    maps::{Array, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
     programs::RawTracePointContext,
 };
 use fsprof_common::{
-    FS_MAX_DEREF, FS_NO_ARG, FS_PAIR_SLOTS, FsEventCfg, HistKind, MAX_FS_EVENTS, MAX_FS_PAIRS,
-    PairKey, TimeStats,
+    FS_MAX_DEREF, FS_NO_ARG, FS_PAIR_SLOTS, FsEventCfg, HistKind, MAX_FS_DEVS, MAX_FS_EVENTS,
+    MAX_FS_PAIRS, PairKey, TimeStats,
 };
 
-use crate::common::{config, current_tid, hist_add, now, read_kernel};
+use crate::common::{TASKS, config, current_tid, hist_add, now, read_kernel};
 
 /// Event index (the cookie) → its config; filled by userspace.
 #[map]
@@ -28,6 +29,12 @@ static FS_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_FS_EVENTS
 /// Pair instances begun and not yet ended. LRU: an end that never comes cannot fill it.
 #[map]
 static FS_PENDING: LruHashMap<PairKey, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// Filesystems whose events count (superblock dev_t), when no single one is set in CONFIG:
+/// seeded by userspace, and with CONFIG.fs_learn joined by every filesystem a followed
+/// thread fires an event on.
+#[map]
+static FS_DEVS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_FS_DEVS, 0);
 
 /// Per pair: completed instances and their summed latency.
 #[map]
@@ -79,6 +86,22 @@ fn end_pair(pair: u32, key: u64, ts: u64) {
     hist_add(HistKind::FsPairLatency, 0, pair, lat);
 }
 
+/// Whether events of filesystem `dev` count.
+#[inline(always)]
+fn watched(dev: u32) -> bool {
+    let cfg = config();
+    if cfg.fs_dev != 0 {
+        return dev == cfg.fs_dev;
+    }
+    if FS_DEVS.get_ptr(dev).is_some() {
+        return true;
+    }
+    // The target works on this filesystem: from now on its background work counts too.
+    cfg.fs_learn != 0
+        && TASKS.get_ptr(current_tid()).is_some()
+        && FS_DEVS.insert(dev, 1, BPF_NOEXIST as u64).is_ok()
+}
+
 #[raw_tracepoint]
 pub fn fs_event(ctx: RawTracePointContext) -> i32 {
     let index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
@@ -86,7 +109,7 @@ pub fn fs_event(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     let cfg = *cfg;
-    if cfg.dev_arg != FS_NO_ARG && event_dev(&ctx, &cfg) != Some(config().fs_dev) {
+    if cfg.dev_arg != FS_NO_ARG && !event_dev(&ctx, &cfg).is_some_and(watched) {
         return 0;
     }
     if let Some(n) = FS_COUNTS.get_ptr_mut(index) {

@@ -7,6 +7,7 @@
 
 mod block;
 mod common;
+mod floor;
 mod fs_events;
 mod sched;
 mod stacks;

@@ -9,6 +9,7 @@
 pub mod aggregate;
 pub mod analysis;
 pub mod lab;
+pub mod os;
 pub mod probes;
 pub mod report;
 pub mod run;

@@ -4,7 +4,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use fsprof::{
     lab::{self, FsKind, LabFs, LabOptions},
-    probes::{ProbeOptions, StackOptions},
+    probes::{FsEventSet, ProbeOptions, StackOptions},
     report,
     run::{self, RunOptions, results::RunResult},
     signals,
@@ -174,8 +174,13 @@ struct StackArgs {
     #[arg(long, default_value_t = fsprof::probes::DEFAULT_SAMPLE_HZ)]
     sample_hz: u32,
     /// Do not count the filesystem's own tracepoints (xfs:*, ext4:*, jbd2:*, …).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "all_fs_events")]
     no_fs_events: bool,
+    /// Count every tracepoint of the filesystem's subsystems (the census), not only the
+    /// curated waits, commits and background work. Costs ~150 ns per event: a kernel-tree
+    /// delete fires millions (1.2–1.5× its wall time); the default set costs ~nothing.
+    #[arg(long)]
+    all_fs_events: bool,
     /// Directory for folded stacks and flame graphs (default: fsprof-flames for trace,
     /// RESULTS.flames beside the results file for run).
     #[arg(long)]
@@ -183,6 +188,14 @@ struct StackArgs {
 }
 
 impl StackArgs {
+    fn fs_event_set(&self) -> FsEventSet {
+        match (self.no_fs_events, self.all_fs_events) {
+            (true, _) => FsEventSet::Off,
+            (false, true) => FsEventSet::Census,
+            (false, false) => FsEventSet::Curated,
+        }
+    }
+
     fn options(&self) -> Option<StackOptions> {
         (!self.no_stacks).then_some(StackOptions {
             sample_hz: self.sample_hz.max(1),
@@ -254,7 +267,7 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         results: a.json.clone(),
         drop_caches: !a.no_drop_caches,
         stacks: a.stacks.options(),
-        fs_events: !a.stacks.no_fs_events,
+        fs_events: a.stacks.fs_event_set(),
         quiesce: !a.no_quiesce,
         only: a.only.clone(),
         flames_dir: a
@@ -334,6 +347,14 @@ struct TraceArgs {
     /// Only these block devices (e.g. /dev/vda); default: all.
     #[arg(long = "dev")]
     devices: Vec<PathBuf>,
+    /// Count the tracepoints of the filesystem holding this path only (default: of each
+    /// local filesystem the traced command fires one on).
+    #[arg(long, conflicts_with = "fs")]
+    fs_events_on: Option<PathBuf>,
+    /// Attach do-nothing programs to the same hooks instead (benchmarks: what any tracer
+    /// on these hooks costs); the report is then empty.
+    #[arg(long, hide = true)]
+    floor: bool,
     /// Drop the page cache before starting.
     #[arg(long)]
     drop_caches: bool,
@@ -385,6 +406,7 @@ fn trace_on_lab(
     kind: FsKind,
     lab_opts: &LabOptions,
     prepare: Option<&str>,
+    fs_events: FsEventSet,
     mut opts: TraceOptions,
 ) -> Result<TraceResult> {
     signals::install();
@@ -402,7 +424,6 @@ fn trace_on_lab(
         .iter()
         .map(|a| a.replace("{mnt}", &mnt))
         .collect();
-    let fs_events = opts.probes.fs_events.is_some();
     opts.on_lab(&labfs, fs_events, true)?;
     if let Some(f) = &mut opts.flames {
         f.title = format!("{kind} · {}", f.title);
@@ -467,17 +488,22 @@ fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "trace".into()),
     };
-    let cwd = std::env::current_dir()?;
     let mut opts = TraceOptions {
         command: a.command.clone(),
         pid: a.pid,
         duration: a.duration.map(Duration::from_secs_f64),
         probes: ProbeOptions {
             stacks: a.stacks.options(),
-            // Without --fs: the filesystem the command starts on.
-            fs_events: (!a.stacks.no_fs_events)
-                .then(|| lab::fs_kind_of(&cwd).and_then(|k| lab::fs_target_of(k, &cwd).ok()))
-                .flatten(),
+            floor: a.floor,
+            fs_events: match &a.fs {
+                Some(_) => None, // the lab's, set by on_lab
+                None => trace::fs_events_outside_lab(
+                    a.stacks.fs_event_set(),
+                    a.fs_events_on.as_deref(),
+                    &a.command,
+                    &std::env::current_dir()?,
+                )?,
+            },
             ..ProbeOptions::default()
         },
         verbose: true,
@@ -501,6 +527,7 @@ fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
             FsKind::parse(fs)?,
             &a.lab.options(),
             a.prepare.as_deref(),
+            a.stacks.fs_event_set(),
             opts,
         )?,
         None => {

@@ -223,10 +223,3 @@ pub fn process_cpu(pid: u32) -> Option<(Duration, Duration)> {
 pub fn alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
-
-/// Reads a whole small file into a String, trimmed.
-pub fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
-    let mut s = String::new();
-    fs::File::open(path).ok()?.read_to_string(&mut s).ok()?;
-    Some(s.trim().to_string())
-}

@@ -1,7 +1,7 @@
 //! `fsprof trace`: probes → target → aggregation, for one command or one process tree.
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     thread,
     time::{Duration, Instant},
 };
@@ -15,8 +15,9 @@ use crate::{
         stacks::{self, BackgroundSummary, StackSummary, Stacks},
         symbols,
     },
-    lab::{LabFs, quiesce},
-    probes::{ProbeOptions, Probes},
+    lab::{self, LabFs, quiesce},
+    os,
+    probes::{FsEventSet, FsTarget, ProbeOptions, Probes},
     report::flame,
     signals, target,
 };
@@ -60,19 +61,106 @@ impl TraceOptions {
     /// block I/O counts, its tracepoints (with `fs_events`) and its per-device kernel threads
     /// and FUSE daemon are its own, leftovers in it are killed, and after the command it is
     /// synced and (with `quiesce`) frozen and thawed, all still traced.
-    pub fn on_lab(&mut self, labfs: &LabFs, fs_events: bool, quiesce: bool) -> Result<()> {
+    pub fn on_lab(&mut self, labfs: &LabFs, fs_events: FsEventSet, quiesce: bool) -> Result<()> {
         let mnt = labfs.mountpoint().to_path_buf();
         self.cwd = Some(mnt.clone());
         self.kill_leftovers_in = Some(mnt.clone());
         self.sync_after = Some(mnt);
         self.quiesce_after = quiesce;
         self.probes.devices = vec![labfs.kernel_dev()?];
-        self.probes.fs_events = fs_events.then(|| labfs.fs_target()).transpose()?;
+        self.probes.fs_events = match fs_events {
+            FsEventSet::Off => None,
+            set => Some(FsTarget {
+                kinds: vec![labfs.kind.name().to_string()],
+                devs: vec![labfs.superblock_dev()?],
+                learn: false,
+                census: set == FsEventSet::Census,
+            }),
+        };
         self.probes.background_pids = labfs.daemon_pid().into_iter().collect();
         self.device_name = Some(labfs.device_name());
         Ok(())
     }
 }
+
+/// The fs events of a trace outside a lab. `on` names the filesystem to watch (the one
+/// holding that path). Without it: the local filesystems holding the paths the command
+/// names (its arguments, also words inside a `sh -c` script), else the one it starts in;
+/// and, as it runs, every filesystem one of its threads fires an event on. Every local
+/// filesystem kind mounted is attached, so a filesystem learned later has its events.
+pub fn fs_events_outside_lab(
+    set: FsEventSet,
+    on: Option<&Path>,
+    command: &[String],
+    cwd: &Path,
+) -> Result<Option<FsTarget>> {
+    let census = set == FsEventSet::Census;
+    if set == FsEventSet::Off {
+        return Ok(None);
+    }
+    let mounts = lab::mountinfo::read();
+    let local = |m: &&lab::mountinfo::MountEntry| LOCAL_FS.contains(&m.fstype.as_str());
+    if let Some(path) = on {
+        let path = path
+            .canonicalize()
+            .with_context(|| format!("--fs-events-on {}", path.display()))?;
+        let m = lab::mountinfo::holding(&mounts, &path)
+            .with_context(|| format!("no mount holds {}", path.display()))?;
+        return Ok(Some(FsTarget {
+            kinds: vec![m.fstype],
+            devs: vec![m.dev],
+            learn: false,
+            census,
+        }));
+    }
+    let mut devs: Vec<u32> = Vec::new();
+    for p in named_paths(command, cwd) {
+        if let Some(m) = lab::mountinfo::holding(&mounts, &p).filter(|m| local(&m))
+            && !devs.contains(&m.dev)
+        {
+            devs.push(m.dev);
+        }
+    }
+    if devs.is_empty()
+        && let Some(m) = cwd
+            .canonicalize()
+            .ok()
+            .and_then(|c| lab::mountinfo::holding(&mounts, &c))
+            .filter(|m| local(&m))
+    {
+        devs.push(m.dev);
+    }
+    let mut kinds: Vec<String> = Vec::new();
+    for m in mounts.iter().filter(local) {
+        if !kinds.contains(&m.fstype) {
+            kinds.push(m.fstype.clone());
+        }
+    }
+    if kinds.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(FsTarget {
+        kinds,
+        devs,
+        learn: true,
+        census,
+    }))
+}
+
+/// Existing paths a command line names: each argument, and each word of an argument that
+/// holds several (a shell script), relative ones taken from `cwd`; the program is skipped.
+fn named_paths(command: &[String], cwd: &Path) -> Vec<PathBuf> {
+    command
+        .iter()
+        .skip(1)
+        .flat_map(|a| a.split_whitespace())
+        .filter(|w| !w.starts_with('-'))
+        .filter_map(|w| cwd.join(w.trim_matches(['"', '\''])).canonicalize().ok())
+        .collect()
+}
+
+/// Filesystem types whose tracepoints fsprof knows (see `probes::fs_events::subsystems_for`).
+const LOCAL_FS: &[&str] = &["ext2", "ext3", "ext4", "xfs", "btrfs", "fuseblk"];
 
 /// Flame graph files of one trace: `{dir}/{stem}.{kind}.folded|svg`, titled `title`.
 #[derive(Clone, Debug)]
@@ -124,20 +212,6 @@ impl TraceResult {
         }
         100.0 * (self.user_ns + self.sys_ns) as f64 / self.wall_ns as f64
     }
-}
-
-pub fn kernel_release() -> String {
-    target::read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default()
-}
-
-/// syncfs(2) on the filesystem holding `path`; returns how long it took.
-pub fn syncfs(path: &std::path::Path) -> Result<Duration> {
-    let f = std::fs::File::open(path)?;
-    let start = Instant::now();
-    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("syncfs");
-    }
-    Ok(start.elapsed())
 }
 
 /// Whether task `tid` has its cwd, root, executable or an open file under `dir`. Only such
@@ -206,7 +280,7 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
     let mut result = TraceResult {
         schema_version: SCHEMA_VERSION,
         fsprof_version: env!("CARGO_PKG_VERSION").to_string(),
-        kernel: kernel_release(),
+        kernel: os::kernel_release(),
         command: opts.command.clone(),
         pid: opts.pid,
         hooks: probes.attached.iter().map(|s| s.to_string()).collect(),
@@ -253,7 +327,7 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
         }
     }
     if let Some(fs) = &opts.sync_after {
-        result.syncfs_ns = Some(ns(syncfs(fs)?));
+        result.syncfs_ns = Some(ns(os::syncfs(fs)?));
         if opts.quiesce_after {
             result.quiesce_ns = quiesce::quiesce(fs)?.map(ns);
         }

@@ -153,7 +153,8 @@ pub fn trace_with_stacks(
     };
     opts.probes.stacks = Some(fsprof::probes::StackOptions::default());
     if let Some(fs) = fs {
-        opts.on_lab(fs, true, true).unwrap();
+        opts.on_lab(fs, fsprof::probes::FsEventSet::Curated, true)
+            .unwrap();
         if let Some(c) = cwd {
             opts.cwd = Some(c.to_path_buf());
         }

@@ -1,10 +1,15 @@
-//! Overhead benchmark: `rm -rf` of a real kernel tree on tmpfs, plain vs under
-//! `fsprof trace`, alternating, median of N. tmpfs has no device latency, so the ratio is
-//! the worst case for syscall-heavy work: every syscall pays the probes and nothing hides them.
+//! Overhead benchmark on real filesystems: the kernel tree unpacked (`tar xf`), deleted
+//! (`rm -rf`) and an fsync-heavy database step, on fresh ext4 and xfs loop filesystems
+//! (direct I/O to an image on the host disk), untraced and in every tracing mode, with a
+//! bpftrace one-liner of the same syscall histogram as an anchor and fsprof's do-nothing
+//! programs on the same hooks as the floor. Modes alternate (the order rotates every round)
+//! and each figure is the median of `runs`; the command is timed by GNU time inside the
+//! trace, so probe loading is not in it. Start-up and tear-down are measured apart.
 
 use std::{
+    collections::BTreeMap,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -13,19 +18,102 @@ use anyhow::{Context, Result, bail};
 use crate::{run, setup};
 
 const DIR: &str = "/run/fsprof-bench";
+const IMAGE_DIR: &str = "/var/tmp/fsprof-bench";
 
-/// tmpfs mounted for the bench, unmounted on drop (also on error).
-struct Tmpfs(PathBuf);
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Untraced,
+    Floor,
+    Default,
+    NoStacks,
+    NoFsEvents,
+    Census,
+    Bpftrace,
+}
 
-impl Tmpfs {
-    fn mount(path: &Path) -> Result<Tmpfs> {
-        std::fs::create_dir_all(path)?;
-        run(Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=8G", "fsprof-bench"])
-            .arg(path))?;
-        Ok(Tmpfs(path.to_path_buf()))
+const MODES: [Mode; 7] = [
+    Mode::Untraced,
+    Mode::Floor,
+    Mode::Default,
+    Mode::NoStacks,
+    Mode::NoFsEvents,
+    Mode::Census,
+    Mode::Bpftrace,
+];
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Untraced => "untraced",
+            Mode::Floor => "floor",
+            Mode::Default => "default",
+            Mode::NoStacks => "no-stacks",
+            Mode::NoFsEvents => "no-fs-ev",
+            Mode::Census => "census",
+            Mode::Bpftrace => "bpftrace",
+        }
+    }
+
+    fn fsprof_args(self) -> Option<&'static [&'static str]> {
+        match self {
+            Mode::Untraced | Mode::Bpftrace => None,
+            Mode::Floor => Some(&["--floor"]),
+            Mode::Default => Some(&[]),
+            Mode::NoStacks => Some(&["--no-stacks"]),
+            Mode::NoFsEvents => Some(&["--no-fs-events"]),
+            Mode::Census => Some(&["--all-fs-events"]),
+        }
     }
 }
+
+const WORKLOADS: [&str; 3] = ["untar", "rm", "db"];
+
+/// A sparse image on a loop device with direct I/O, formatted and mounted; taken down on
+/// drop, also on error.
+struct Lab {
+    mnt: PathBuf,
+    dev: String,
+}
+
+impl Lab {
+    fn new(fs: &str) -> Result<Lab> {
+        std::fs::create_dir_all(IMAGE_DIR)?;
+        let image = Path::new(IMAGE_DIR).join("image");
+        let _ = std::fs::remove_file(&image);
+        std::fs::File::create(&image)?.set_len(6 << 30)?;
+        let out = Command::new("losetup")
+            .args(["--direct-io=on", "--find", "--show"])
+            .arg(&image)
+            .output()?;
+        if !out.status.success() {
+            bail!("losetup: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        let dev = String::from_utf8(out.stdout)?.trim().to_string();
+        let mnt = Path::new(DIR).join("mnt");
+        let lab = Lab {
+            mnt: mnt.clone(),
+            dev: dev.clone(),
+        };
+        let force = if fs == "xfs" { "-f" } else { "-F" };
+        run(Command::new(format!("mkfs.{fs}"))
+            .args(["-q", force, &dev])
+            .stdout(Stdio::null()))?;
+        std::fs::create_dir_all(&mnt)?;
+        run(Command::new("mount").arg(&dev).arg(&mnt))?;
+        Ok(lab)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        let _ = std::fs::remove_file(Path::new(IMAGE_DIR).join("image"));
+    }
+}
+
+/// tmpfs for the decompressed tarball and the bench's files, unmounted on drop.
+struct Tmpfs(PathBuf);
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
@@ -37,11 +125,7 @@ impl Drop for Tmpfs {
 fn kernel_tarball() -> Result<PathBuf> {
     for entry in std::fs::read_dir("/usr/src")? {
         let p = entry?.path();
-        let name = p
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
+        let name = p.file_name().unwrap_or_default().to_string_lossy();
         if name.starts_with("linux-source-") && name.contains(".tar") {
             return Ok(p);
         }
@@ -49,115 +133,314 @@ fn kernel_tarball() -> Result<PathBuf> {
     bail!("no /usr/src/linux-source-*.tar.*: apt-get install linux-source-6.1")
 }
 
-fn timed(cmd: &mut Command) -> Result<Duration> {
-    let start = Instant::now();
-    run(cmd)?;
-    Ok(start.elapsed())
+fn drop_caches() -> Result<()> {
+    run(&mut Command::new("sync"))?;
+    std::fs::write("/proc/sys/vm/drop_caches", "3").context("dropping caches")
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
+/// One measurement: the command's wall and sys (GNU time), and fsprof's probe cost.
+#[derive(Default, Clone)]
+struct Sample {
+    wall: f64,
+    sys: f64,
+    probe_ns: Option<u64>,
+    programs: Vec<(String, u64, u64)>,
+}
+
+struct Bench {
+    fsprof: PathBuf,
+    files: PathBuf,
+}
+
+impl Bench {
+    /// Runs `cmd` (in `cwd`) in `mode`; `comm` is the command name bpftrace filters on.
+    fn measure(&self, mode: Mode, cmd: &[String], cwd: &Path, comm: &str) -> Result<Sample> {
+        let times = self.files.join("time.out");
+        let json = self.files.join("trace.json");
+        let mut timed: Vec<String> = vec![
+            "/usr/bin/time".into(),
+            "-f".into(),
+            "%e %S".into(),
+            "-o".into(),
+            times.display().to_string(),
+        ];
+        timed.extend(cmd.iter().cloned());
+        let mut tracer = None;
+        let mut c = match mode.fsprof_args() {
+            Some(args) => {
+                let mut c = Command::new(&self.fsprof);
+                c.arg("trace")
+                    .args(args)
+                    .arg("--json")
+                    .arg(&json)
+                    .arg("--flames")
+                    .arg(self.files.join("flames"))
+                    .arg("--")
+                    .args(&timed);
+                c
+            }
+            None => {
+                if mode == Mode::Bpftrace {
+                    tracer = Some(start_bpftrace(comm)?);
+                }
+                let mut c = Command::new(&timed[0]);
+                c.args(&timed[1..]);
+                c
+            }
+        };
+        let status = c
+            .current_dir(cwd)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if let Some(mut t) = tracer {
+            let _ = Command::new("kill")
+                .args(["-INT", &t.id().to_string()])
+                .status();
+            let _ = t.wait();
+        }
+        if !status?.success() {
+            bail!("{} failed in mode {}", cmd.join(" "), mode.label());
+        }
+        let t = std::fs::read_to_string(&times)?;
+        let mut f = t
+            .lines()
+            .last()
+            .unwrap_or("")
+            .split_whitespace()
+            .map(|x| x.parse::<f64>().unwrap_or(0.0));
+        let mut s = Sample {
+            wall: f.next().unwrap_or(0.0),
+            sys: f.next().unwrap_or(0.0),
+            ..Default::default()
+        };
+        if mode.fsprof_args().is_some() {
+            let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+            let cost = &v["profile"]["probe_cost"];
+            s.probe_ns = cost["run_ns"].as_u64();
+            for p in cost["programs"].as_array().into_iter().flatten() {
+                s.programs.push((
+                    p["program"].as_str().unwrap_or("").to_string(),
+                    p["runs"].as_u64().unwrap_or(0),
+                    p["run_ns"].as_u64().unwrap_or(0),
+                ));
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// bpftrace with the same per-syscall latency histogram fsprof keeps, for one command name;
+/// returns once its probes are attached.
+fn start_bpftrace(comm: &str) -> Result<std::process::Child> {
+    let script = format!(
+        "tracepoint:raw_syscalls:sys_enter /comm == \"{comm}\"/ {{ @s[tid] = nsecs; }} \
+         tracepoint:raw_syscalls:sys_exit /@s[tid]/ {{ @h[args->id] = hist(nsecs - @s[tid]); \
+         delete(@s[tid]); }}"
+    );
+    let mut child = Command::new("bpftrace")
+        .args(["-e", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting bpftrace")?;
+    use std::io::BufRead;
+    let out = child.stdout.take().context("bpftrace stdout")?;
+    let mut lines = std::io::BufReader::new(out).lines();
+    // "Attaching 2 probes..." comes before the attach; give it a moment after.
+    match lines.next() {
+        Some(Ok(l)) if l.starts_with("Attaching") => {}
+        other => bail!("bpftrace did not start: {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    // Drain the rest in the background so bpftrace never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Ok(child)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
 
-/// The traced command's own wall time, as fsprof measured it (from its JSON).
-fn traced_wall(json: &Path) -> Result<Duration> {
-    let text = std::fs::read_to_string(json)?;
-    let key = "\"wall_ns\": ";
-    let at = text.find(key).context("wall_ns missing from fsprof JSON")? + key.len();
-    let ns: u64 = text[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .unwrap_or("")
-        .parse()?;
-    Ok(Duration::from_nanos(ns))
+fn ctx_json(mnt: &Path, src: &Path) -> String {
+    // The `db` step at 1,000 transactions (each a WAL append + fdatasync, checkpoints
+    // fsync the 51 MiB data file): seconds, not minutes.
+    format!(
+        r#"{{"dir":"{}","src":"{}","seed":1,"tree_dirs":1,"tree_files":1,"tree_size_factor":1.0,"real_kernel":false,"big_size":0,"db_transactions":1000,"db_pages":6553,"cpu_scale":0.0,"bonnie_size":0,"bonnie_files":0,"bonnie_max":0,"bonnie_min":0,"bonnie_dirs":0,"iozone_max_file":0,"iozone_large":0,"jobs":1,"job":null}}"#,
+        mnt.display(),
+        src.display()
+    )
 }
 
-pub fn overhead(runs: usize) -> Result<()> {
+pub fn overhead(runs: usize, filesystems: &[String]) -> Result<()> {
     setup::ensure()?;
-    setup::apt_install(&["linux-source-6.1"])?;
+    setup::apt_install(&["linux-source-6.1", "bpftrace"])?;
     run(
         Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .args(["build", "--release"]),
     )?;
     let fsprof = std::fs::canonicalize("target/release/fsprof")?;
+    std::fs::create_dir_all(DIR)?;
+    run(Command::new("mount").args(["-t", "tmpfs", "-o", "size=4G", "fsprof-bench", DIR]))?;
+    let tmp = Tmpfs(PathBuf::from(DIR));
+    let files = tmp.0.join("files");
+    std::fs::create_dir_all(&files)?;
+    let tar = tmp.0.join("linux.tar");
     let tarball = kernel_tarball()?;
-    let tmp = Tmpfs::mount(Path::new(DIR))?;
-    let src = tmp.0.join("src");
-    std::fs::create_dir_all(&src)?;
-    eprintln!("bench: unpacking {} on tmpfs", tarball.display());
-    run(Command::new("tar")
-        .arg("xf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&src))?;
-    let entries = String::from_utf8(
-        Command::new("sh")
-            .arg("-c")
-            .arg(format!("find {} | wc -l", src.display()))
-            .output()?
-            .stdout,
-    )?;
-    // (label, extra fsprof trace arguments): the tracer core alone, then with stacks.
-    let variants: [(&str, &[&str]); 2] = [
-        ("core (--no-stacks)", &["--no-stacks"]),
-        ("core + stacks (default)", &[]),
-    ];
-    let mut plain = Vec::new();
-    let mut traced: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
-    let mut traced_cmd: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
-    let json = tmp.0.join("trace.json");
-    let flames = tmp.0.join("flames");
-    let copy = tmp.0.join("copy");
-    for i in 0..runs {
-        run(Command::new("cp").arg("-a").arg(&src).arg(&copy))?;
-        plain.push(timed(Command::new("rm").arg("-rf").arg(&copy))?);
-        for (v, (label, args)) in variants.iter().enumerate() {
-            run(Command::new("cp").arg("-a").arg(&src).arg(&copy))?;
-            traced[v].push(timed(
-                Command::new(&fsprof)
-                    .args(["trace", "--json"])
-                    .arg(&json)
-                    .arg("--flames")
-                    .arg(&flames)
-                    .args(*args)
-                    .args(["--", "rm", "-rf"])
-                    .arg(&copy)
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null()),
-            )?);
-            traced_cmd[v].push(traced_wall(&json)?);
-            eprintln!(
-                "bench: run {}: plain {:.3}s, {label}: fsprof trace {:.3}s (command {:.3}s)",
-                i + 1,
-                plain[i].as_secs_f64(),
-                traced[v][i].as_secs_f64(),
-                traced_cmd[v][i].as_secs_f64()
+    eprintln!("bench: decompressing {} to tmpfs", tarball.display());
+    run(Command::new("sh").arg("-c").arg(format!(
+        "xz -dc {} > {}",
+        tarball.display(),
+        tar.display()
+    )))?;
+    let bench = Bench {
+        fsprof: fsprof.clone(),
+        files: files.clone(),
+    };
+
+    // (workload, fs, mode) → samples
+    let mut samples: BTreeMap<(String, String, usize), Vec<Sample>> = BTreeMap::new();
+    for round in 0..runs {
+        for fs in filesystems {
+            for k in 0..MODES.len() {
+                let m = (k + round) % MODES.len();
+                let mode = MODES[m];
+                let lab = Lab::new(fs)?;
+                let mnt = lab.mnt.clone();
+                let mut record = |w: &str, s: Sample| {
+                    eprintln!(
+                        "bench: round {} {fs} {w} {}: {:.2}s wall, {:.2}s sys{}",
+                        round + 1,
+                        mode.label(),
+                        s.wall,
+                        s.sys,
+                        s.probe_ns
+                            .map(|n| format!(", probes {:.1} ms", n as f64 / 1e6))
+                            .unwrap_or_default()
+                    );
+                    samples
+                        .entry((w.to_string(), fs.clone(), m))
+                        .or_default()
+                        .push(s);
+                };
+                drop_caches()?;
+                let untar = vec![
+                    "tar".into(),
+                    "xf".into(),
+                    tar.display().to_string(),
+                    "-C".into(),
+                    mnt.display().to_string(),
+                ];
+                record("untar", bench.measure(mode, &untar, &mnt, "tar")?);
+                drop_caches()?;
+                let tree = std::fs::read_dir(&mnt)?
+                    .flatten()
+                    .find(|e| e.file_name().to_string_lossy().starts_with("linux"))
+                    .context("no tree after tar")?
+                    .path();
+                let rm = vec!["rm".into(), "-rf".into(), tree.display().to_string()];
+                record("rm", bench.measure(mode, &rm, &mnt, "rm")?);
+                drop_caches()?;
+                let db = vec![
+                    fsprof.display().to_string(),
+                    "workload".into(),
+                    "db".into(),
+                    "--ctx".into(),
+                    ctx_json(&mnt, &files),
+                ];
+                record("db", bench.measure(mode, &db, &mnt, "db")?);
+                drop(lab);
+            }
+        }
+    }
+
+    println!(
+        "\nfsprof overhead on real filesystems (loop device, direct I/O), median of {runs}; \
+         ratio = traced / untraced; GNU time inside the trace"
+    );
+    println!(
+        "  untar = tar xf of linux-source-6.1 (uncompressed, from tmpfs); rm = rm -rf of that \
+         tree; db = fsprof's db step, 1,000 fdatasync'd transactions"
+    );
+    let mut header = format!("{:<6} {:<5} {:<5}", "work", "fs", "");
+    for m in MODES {
+        header.push_str(&format!(" {:>14}", m.label()));
+    }
+    println!("{header}");
+    for w in WORKLOADS {
+        for fs in filesystems {
+            let get = |m: usize, f: fn(&Sample) -> f64| {
+                median(
+                    samples
+                        .get(&(w.to_string(), fs.clone(), m))
+                        .map(|v| v.iter().map(f).collect())
+                        .unwrap_or_default(),
+                )
+            };
+            for (what, f) in [
+                ("wall", (|s: &Sample| s.wall) as fn(&Sample) -> f64),
+                ("sys", |s: &Sample| s.sys),
+            ] {
+                let base = get(0, f);
+                let mut line = format!("{w:<6} {fs:<5} {what:<5}");
+                for m in 0..MODES.len() {
+                    let v = get(m, f);
+                    if m == 0 {
+                        line.push_str(&format!(" {:>13.2}s", v));
+                    } else {
+                        line.push_str(&format!(" {:>6.2}s {:>5.3}×", v, v / base));
+                    }
+                }
+                println!("{line}");
+            }
+        }
+    }
+    println!("\nfsprof's own kernel time in the default mode (median run), per program:");
+    for w in WORKLOADS {
+        for fs in filesystems {
+            let Some(v) = samples.get(&(w.to_string(), fs.clone(), 2)) else {
+                continue;
+            };
+            let mut v = v.clone();
+            v.sort_by(|a, b| a.wall.total_cmp(&b.wall));
+            let s = &v[v.len() / 2];
+            let progs: Vec<String> = s
+                .programs
+                .iter()
+                .take(6)
+                .map(|(p, runs, ns)| {
+                    format!(
+                        "{p} {:.1}ms/{runs}×{}ns",
+                        *ns as f64 / 1e6,
+                        ns / (*runs).max(1)
+                    )
+                })
+                .collect();
+            println!(
+                "  {w:<5} {fs:<5} total {:.1} ms = {:.1} % of wall: {}",
+                s.probe_ns.unwrap_or(0) as f64 / 1e6,
+                s.probe_ns.unwrap_or(0) as f64 / 1e7 / s.wall.max(1e-9),
+                progs.join(", ")
             );
         }
     }
-    let p = median(plain);
-    println!(
-        "rm -rf of a kernel tree ({} entries) on tmpfs, median of {runs}:",
-        entries.trim()
-    );
-    println!(
-        "  plain rm -rf                         {:.3}s",
-        p.as_secs_f64()
-    );
-    for (v, (label, _)) in variants.iter().enumerate() {
-        let (t, c) = (median(traced[v].clone()), median(traced_cmd[v].clone()));
-        println!("  {label}:");
-        println!(
-            "    fsprof trace -- rm -rf             {:.3}s  (ratio {:.2}, incl. loading probes)",
-            t.as_secs_f64(),
-            t.as_secs_f64() / p.as_secs_f64()
-        );
-        println!(
-            "    rm -rf while traced                {:.3}s  (ratio {:.2})",
-            c.as_secs_f64(),
-            c.as_secs_f64() / p.as_secs_f64()
-        );
+    let mut startup = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        run(Command::new(&fsprof)
+            .args(["trace", "--flames"])
+            .arg(files.join("flames"))
+            .args(["--", "true"])
+            .stderr(Stdio::null()))?;
+        startup.push(t.elapsed().as_secs_f64());
     }
+    println!(
+        "\nstart-up and tear-down: fsprof trace -- true {:.3}s (median of {runs})",
+        median(startup)
+    );
     Ok(())
 }

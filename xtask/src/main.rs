@@ -27,10 +27,13 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Tracing overhead: `rm -rf` of a kernel tree on tmpfs, plain vs traced.
+    /// Tracing overhead on ext4 and xfs loop filesystems: kernel-tree untar and delete and
+    /// an fsync-heavy step, untraced vs every tracing mode vs bpftrace, medians.
     Bench {
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        #[arg(long, value_delimiter = ',', default_value = "ext4,xfs")]
+        fs: Vec<String>,
     },
     /// Setup, then formatting, lints and every test (integration tests need root).
     Test {
@@ -92,7 +95,7 @@ fn main() -> Result<()> {
             cmd.args(["run", "--fs", "ext4,xfs,btrfs"]).args(args);
             run(&mut cmd)
         }
-        Cmd::Bench { runs } => bench::overhead(runs),
+        Cmd::Bench { runs, fs } => bench::overhead(runs, &fs),
         Cmd::Test { args } => test(&args),
     }
 }

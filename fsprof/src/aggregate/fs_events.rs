@@ -2,11 +2,14 @@
 
 use anyhow::{Context, Result};
 use aya::maps::PerCpuArray;
-use fsprof_common::{HistKind, TimeStats};
+use fsprof_common::{HistKind, TimeStats, kdev};
 use serde::{Deserialize, Serialize};
 
 use super::{HistId, histogram::Summary, summary};
-use crate::probes::Probes;
+use crate::{
+    lab::mountinfo,
+    probes::{Probes, fs_events::watched_devs},
+};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct FsEventCount {
@@ -39,6 +42,47 @@ pub struct FsEventsProfile {
     /// CPU (an event in an interrupt nested in one in task context).
     #[serde(default)]
     pub lost_nested: u64,
+    /// Every event of the subsystems (the census), not the curated set.
+    #[serde(default)]
+    pub census: bool,
+    /// The filesystems whose events counted: set, or those the target fired events on.
+    #[serde(default)]
+    pub watched: Vec<WatchedFs>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct WatchedFs {
+    /// Superblock "major:minor".
+    pub dev: String,
+    /// From mountinfo; empty when no longer mounted.
+    pub fstype: String,
+    pub source: String,
+    pub mountpoint: String,
+}
+
+impl WatchedFs {
+    pub fn describe(&self) -> String {
+        if self.fstype.is_empty() {
+            return format!("device {}", self.dev);
+        }
+        format!("{} {} at {}", self.fstype, self.source, self.mountpoint)
+    }
+}
+
+fn watched(devs: &[u32]) -> Vec<WatchedFs> {
+    let mounts = mountinfo::read();
+    devs.iter()
+        .map(|&d| {
+            let (ma, mi) = kdev::split(d);
+            let m = mounts.iter().find(|m| m.dev == d);
+            WatchedFs {
+                dev: format!("{ma}:{mi}"),
+                fstype: m.map(|m| m.fstype.clone()).unwrap_or_default(),
+                source: m.map(|m| m.source.clone()).unwrap_or_default(),
+                mountpoint: m.map(|m| m.point.display().to_string()).unwrap_or_default(),
+            }
+        })
+        .collect()
 }
 
 pub fn collect(
@@ -55,6 +99,8 @@ pub fn collect(
         subsystems: att.subsystems.clone(),
         attached: att.attached(),
         failed: att.failed.len(),
+        census: att.census,
+        watched: watched(&watched_devs(ebpf, probes.fs_dev)?),
         ..Default::default()
     };
     for (index, name, filtered) in &att.events {

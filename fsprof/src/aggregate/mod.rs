@@ -3,6 +3,7 @@
 pub mod background;
 pub mod fs_events;
 pub mod histogram;
+pub mod probe_cost;
 pub mod stacks;
 pub mod symbols;
 
@@ -12,7 +13,7 @@ use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use fsprof_common::{
     BlockClass, BlockKey, BlockStats, COUNTERS, Counter, HistKey, HistKind, LOST_KINDS, Lost,
-    MAX_SYSCALLS, SyscallStats, TIME_CLASSES, TaskState, TimeClass, TimeStats,
+    MAX_SYSCALLS, SyscallStats, TIME_CLASSES, TaskState, TimeClass, TimeStats, kdev,
 };
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +40,9 @@ pub struct Profile {
     /// The filesystem's own tracepoints; null when not traced.
     #[serde(default)]
     pub fs_events: Option<fs_events::FsEventsProfile>,
+    /// fsprof's own kernel-side cost; null when the kernel kept no statistics.
+    #[serde(default)]
+    pub probe_cost: Option<probe_cost::ProbeCost>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -117,15 +121,6 @@ pub struct BlockRow {
     pub queue_latency: Summary,
     /// Issue → complete, ns.
     pub device_latency: Summary,
-}
-
-/// Kernel dev_t (major << 20 | minor) → (major, minor).
-pub fn split_kdev(dev: u32) -> (u32, u32) {
-    (dev >> 20, dev & 0xfffff)
-}
-
-pub fn make_kdev(major: u32, minor: u32) -> u32 {
-    (major << 20) | minor
 }
 
 fn sum<T: aya::Pod, A: Default>(values: &PerCpuValues<T>, add: impl Fn(A, &T) -> A) -> A {
@@ -283,7 +278,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
             queue_ns: a.queue_ns + b.queue_ns,
             device_ns: a.device_ns + b.device_ns,
         });
-        let (major, minor) = split_kdev(k.dev);
+        let (major, minor) = kdev::split(k.dev);
         profile.block.push(BlockRow {
             dev: format!("{major}:{minor}"),
             name: dev_name(major, minor),
@@ -327,6 +322,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
     profile.tasks_exited = counter(Counter::TasksExited)?;
     profile.syscalls_unfinished = counter(Counter::SyscallsUnfinished)?;
     profile.fs_events = fs_events::collect(probes, &hists)?;
+    profile.probe_cost = probe_cost::collect(probes);
     if let Some(f) = &mut profile.fs_events {
         f.lost_nested = fs_misses;
     }

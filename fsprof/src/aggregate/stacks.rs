@@ -170,6 +170,37 @@ impl Stacks {
     }
 }
 
+/// The frame under which fsprof's own programs' on-CPU time is grouped.
+pub const PROBES_FRAME: &str = "[fsprof probes]";
+
+/// Leaf-first kernel frames as the stack should show them. An off-CPU stack was captured
+/// by fsprof's sched_switch program: its tracing frames at the leaf are the capture, not
+/// the target's, and go. An on-CPU sample that interrupted a BPF program (one of
+/// `programs`, as the kernel names them: bpf_prog_<tag>_<name cut at 15 bytes>) shows
+/// that program's cost: everything from the tracepoint down becomes one `[fsprof probes]`
+/// frame, so a reader sees what the profiler itself cost and where it was called.
+fn own_frames(mut kernel: Vec<String>, on_cpu: bool, programs: &[String]) -> Vec<String> {
+    if !on_cpu {
+        let trim = kernel.iter().take_while(|n| is_tracing_frame(n)).count();
+        kernel.drain(..trim);
+        return kernel;
+    }
+    let ours = kernel.iter().any(|f| {
+        f.strip_prefix("bpf_prog_")
+            .and_then(|rest| rest.split_once('_'))
+            .is_some_and(|(_, name)| programs.iter().any(|p| p == name))
+    });
+    if !ours {
+        return kernel;
+    }
+    // The root-most tracing frame: where the kernel called into the tracepoint.
+    if let Some(i) = kernel.iter().rposition(|n| is_tracing_frame(n)) {
+        kernel.drain(..=i);
+        kernel.insert(0, PROBES_FRAME.to_string());
+    }
+    kernel
+}
+
 /// Tracing machinery at the leaf of a stack captured from a tracepoint: not the target's.
 fn is_tracing_frame(name: &str) -> bool {
     [
@@ -258,6 +289,10 @@ pub fn collect(
         }
     }
 
+    let programs: Vec<String> = ebpf
+        .programs()
+        .map(|(name, _)| name.chars().take(15).collect())
+        .collect();
     symbols::with(|syms| {
         for ((id, class), (ns, count)) in w {
             let mut s = WeightedStack {
@@ -270,9 +305,10 @@ pub fn collect(
                 Some(k) => {
                     s.comm = comm_str(&k.comm);
                     s.tgid = k.tgid;
-                    let mut kernel = syms.kernel(&nonzero(&k.kernel));
-                    let trim = kernel.iter().take_while(|n| is_tracing_frame(n)).count();
-                    kernel.drain(..trim);
+                    let on_cpu =
+                        class == TimeClass::OnCpu as u32 || class == STACK_CLASS_BACKGROUND;
+                    let mut kernel =
+                        own_frames(syms.kernel(&nonzero(&k.kernel)), on_cpu, &programs);
                     kernel.reverse();
                     s.kernel = kernel;
                     let uips = nonzero(&k.user);
@@ -306,4 +342,42 @@ pub fn collect(
         }
     });
     Ok(Some(stacks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn own_programs_grouped_on_cpu_trimmed_off_cpu() {
+        let progs = v(&["block_io_start", "sched_switch"]);
+        let sample = v(&[
+            "htab_lru_map_update_elem",
+            "bpf_prog_0123456789abcdef_block_io_start",
+            "bpf_trace_run1",
+            "__traceiter_block_io_start",
+            "blk_mq_submit_bio",
+            "submit_bio",
+        ]);
+        assert_eq!(
+            own_frames(sample.clone(), true, &progs),
+            v(&[PROBES_FRAME, "blk_mq_submit_bio", "submit_bio"])
+        );
+        // Somebody else's program is left as it is.
+        assert_eq!(own_frames(sample.clone(), true, &v(&["other"])), sample);
+        let off = v(&[
+            "bpf_get_stack",
+            "bpf_prog_0123_sched_switch",
+            "__schedule",
+            "schedule",
+        ]);
+        assert_eq!(
+            own_frames(off, false, &progs),
+            v(&["__schedule", "schedule"])
+        );
+    }
 }

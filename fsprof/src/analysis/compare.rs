@@ -92,6 +92,47 @@ fn describe_set(set: &[RunResult], what: impl Fn(&RunResult) -> String) -> Strin
     v.into_iter().collect::<Vec<_>>().join(" / ")
 }
 
+/// fsprof's own kernel time as a share of the wall time of every cell of `set`; None when
+/// no cell measured it.
+fn probe_share(set: &[RunResult]) -> Option<f64> {
+    let (mut probe, mut wall, mut measured) = (0u64, 0u64, false);
+    for st in set
+        .iter()
+        .flat_map(|r| &r.filesystems)
+        .flat_map(|f| &f.passes)
+        .flat_map(|p| &p.steps)
+    {
+        wall += st.trace.wall_ns;
+        if let Some(c) = &st.trace.profile.probe_cost {
+            probe += c.run_ns;
+            measured = true;
+        }
+    }
+    (measured && wall > 0).then(|| 100.0 * probe as f64 / wall as f64)
+}
+
+/// A note when the two sides paid different tracing costs (other modes, other event
+/// sets, another kernel's dispatch): a difference of that size may be the profiler's.
+fn probe_cost_note(base: &[RunResult], new: &[RunResult]) -> Option<String> {
+    let show = |v: Option<f64>| {
+        v.map(|p| format!("{p:.1} %"))
+            .unwrap_or("unmeasured".into())
+    };
+    let (b, n) = (probe_share(base), probe_share(new));
+    let differ = match (b, n) {
+        (Some(b), Some(n)) => (b - n).abs() >= 1.0 && (b.max(n) / b.min(n).max(1e-9)) >= 1.5,
+        (None, None) => false,
+        _ => true,
+    };
+    differ.then(|| {
+        format!(
+            "fsprof's own probe cost differs: {} of wall in base, {} in new (changes of that size may be the profiler's)",
+            show(b),
+            show(n)
+        )
+    })
+}
+
 /// Refuses what cannot be compared; notes what differs but may (that is the point).
 fn check(base: &[RunResult], new: &[RunResult]) -> Result<Vec<String>> {
     let all: Vec<&RunResult> = base.iter().chain(new).collect();
@@ -124,6 +165,9 @@ fn check(base: &[RunResult], new: &[RunResult]) -> Result<Vec<String>> {
         notes.push(format!(
             "filesystem options differ (fs[mount|mkfs]): base {ob}, new {on}"
         ));
+    }
+    if let Some(n) = probe_cost_note(base, new) {
+        notes.push(n);
     }
     for r in &all {
         if !r.complete {

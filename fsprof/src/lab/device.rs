@@ -5,24 +5,20 @@ use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context, Result, bail};
 
-use super::kernel_dev_of;
-use crate::aggregate::split_kdev;
+use super::{kernel_dev_of, mountinfo};
+use fsprof_common::kdev;
 
 /// Refuses `dev` with one line saying why, unless `force` (which still refuses a mounted
 /// or held device: that would corrupt live data, not just old data).
 pub fn check_user_device(dev: &Path, force: bool) -> Result<()> {
-    let kdev = kernel_dev_of(dev)?;
-    let (major, minor) = split_kdev(kdev);
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    for line in mountinfo.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() > 4 && f[2] == format!("{major}:{minor}") {
-            bail!(
-                "{} is mounted at {}: refusing to use it",
-                dev.display(),
-                f[4]
-            );
-        }
+    let dev_t = kernel_dev_of(dev)?;
+    let (major, minor) = kdev::split(dev_t);
+    if let Some(m) = mountinfo::read().into_iter().find(|m| m.dev == dev_t) {
+        bail!(
+            "{} is mounted at {}: refusing to use it",
+            dev.display(),
+            m.point.display()
+        );
     }
     let sys = format!("/sys/dev/block/{major}:{minor}");
     let holders = fs::read_dir(format!("{sys}/holders"))

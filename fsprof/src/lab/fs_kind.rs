@@ -107,7 +107,7 @@ impl FsKind {
             bail!(
                 "{}: this kernel ({}) has no {} filesystem driver",
                 self.name(),
-                crate::trace::kernel_release(),
+                crate::os::kernel_release(),
                 self.kernel_name()
             );
         }

@@ -6,6 +6,7 @@ pub mod device;
 pub mod fs_kind;
 pub mod loopdev;
 pub mod mount;
+pub mod mountinfo;
 pub mod quiesce;
 
 use std::{
@@ -23,7 +24,7 @@ pub use fs_kind::FsKind;
 use loopdev::{Image, LoopDevice};
 use mount::Mount;
 
-use crate::aggregate::make_kdev;
+use fsprof_common::kdev;
 
 /// Where images and mount points go unless told otherwise. Images must not live on tmpfs:
 /// the loop device's direct I/O would then measure memory, not a disk.
@@ -141,7 +142,7 @@ impl LabFs {
             .unwrap_or_default()
             .to_string_lossy()
             .into_owned();
-        crate::target::read_trimmed(format!("/sys/class/block/{name}/size"))
+        crate::os::read_trimmed(format!("/sys/class/block/{name}/size"))
             .and_then(|s| s.parse::<u64>().ok())
             .map(|sectors| sectors * 512)
             .unwrap_or(0)
@@ -155,9 +156,9 @@ impl LabFs {
         self.mount.unmount()
     }
 
-    /// What the filesystem's own tracepoints are filtered by.
-    pub fn fs_target(&self) -> Result<crate::probes::FsTarget> {
-        fs_target_of(self.kind.name(), self.mountpoint())
+    /// Its superblock's dev_t (kernel encoding), which its own tracepoints lead to.
+    pub fn superblock_dev(&self) -> Result<u32> {
+        superblock_dev_of(self.mountpoint())
     }
 
     /// The userspace process serving the filesystem (ntfs-3g's FUSE daemon), if any: found
@@ -192,7 +193,7 @@ impl LabFs {
 
     /// syncfs(2) on the mounted filesystem: everything written is on the device after it.
     pub fn syncfs(&self) -> Result<Duration> {
-        crate::trace::syncfs(self.mountpoint())
+        crate::os::syncfs(self.mountpoint())
     }
 }
 
@@ -221,40 +222,15 @@ fn mount_ntfs3g(dev: &Path, target: &Path, options: &str) -> Result<(Mount, Dura
     Ok((Mount::adopt(target), took))
 }
 
-/// The filter for the fs tracepoints of the filesystem of `kind` mounted at `dir`: its
-/// superblock's s_dev, which /proc/self/mountinfo shows (stat's st_dev differs on btrfs,
-/// whose subvolumes have devices of their own).
-pub fn fs_target_of(kind: &str, dir: &Path) -> Result<crate::probes::FsTarget> {
-    let dir = dir
+/// The superblock dev_t (kernel encoding) of the filesystem holding `path`, as mountinfo
+/// shows it (stat's st_dev differs on btrfs, whose subvolumes have devices of their own).
+pub fn superblock_dev_of(path: &Path) -> Result<u32> {
+    let path = path
         .canonicalize()
-        .with_context(|| format!("resolving {}", dir.display()))?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").context("reading mountinfo")?;
-    // The mount whose mount point is the longest prefix of `dir`.
-    let mut best: Option<(usize, u32)> = None;
-    for line in info.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let (Some(devno), Some(point)) = (f.get(2), f.get(4)) else {
-            continue;
-        };
-        let point = point.replace("\\040", " ");
-        if !dir.starts_with(&point) {
-            continue;
-        }
-        let Some((ma, mi)) = devno.split_once(':') else {
-            continue;
-        };
-        let (Ok(ma), Ok(mi)) = (ma.parse(), mi.parse()) else {
-            continue;
-        };
-        if best.is_none_or(|(len, _)| point.len() >= len) {
-            best = Some((point.len(), make_kdev(ma, mi)));
-        }
-    }
-    let (_, dev) = best.with_context(|| format!("no mount holds {}", dir.display()))?;
-    Ok(crate::probes::FsTarget {
-        kind: kind.to_string(),
-        dev,
-    })
+        .with_context(|| format!("resolving {}", path.display()))?;
+    mountinfo::holding(&mountinfo::read(), &path)
+        .map(|m| m.dev)
+        .with_context(|| format!("no mount holds {}", path.display()))
 }
 
 /// The filesystem kind holding `dir`, from statfs's magic number (None: not one fsprof
@@ -285,7 +261,7 @@ pub fn kernel_dev_of(path: &Path) -> Result<u32> {
     if st.st_mode & libc::S_IFMT != libc::S_IFBLK {
         bail!("{} is not a block device", path.display());
     }
-    Ok(make_kdev(libc::major(st.st_rdev), libc::minor(st.st_rdev)))
+    Ok(kdev::make(libc::major(st.st_rdev), libc::minor(st.st_rdev)))
 }
 
 /// Writes back dirty data and empties the page, dentry and inode caches, so a step starts

@@ -5,10 +5,14 @@
 //! arguments are looked up in BTF: the first pointer from which a chain of members leads to
 //! a superblock's dev_t gives the device filter.
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use anyhow::{Context, Result, bail};
-use aya::{Ebpf, maps::Array, programs::RawTracePoint};
+use aya::{
+    Ebpf,
+    maps::{Array, HashMap},
+    programs::RawTracePoint,
+};
 use btf_rs::Btf;
 use fsprof_common::{
     FS_MAX_DEREF, FS_NO_ARG, FS_PAIR_SLOTS, FsEventCfg, MAX_FS_EVENTS, MAX_FS_PAIRS,
@@ -17,16 +21,23 @@ use fsprof_common::{
 use super::{
     btf,
     offsets::VMLINUX_BTF,
+    raw_tracepoint::attach_raw,
     tracefs::{self, Event},
 };
 
-/// The filesystem whose events count.
+/// Which filesystems' events count, and which events.
 #[derive(Clone, Debug, Default)]
 pub struct FsTarget {
-    /// ext4, xfs, btrfs, ntfs, … (selects the tracepoint subsystems).
-    pub kind: String,
-    /// Kernel-encoded dev_t of its superblock (s_dev, as /proc/self/mountinfo shows it).
-    pub dev: u32,
+    /// Filesystem kinds (ext4, xfs, btrfs, ntfs, …): they select the tracepoint subsystems.
+    pub kinds: Vec<String>,
+    /// Superblock dev_ts (kernel encoding, as /proc/self/mountinfo shows them) whose events
+    /// count from the start.
+    pub devs: Vec<u32>,
+    /// Also count every filesystem a followed thread fires an event on (and from then on
+    /// its kernel threads' events): the filesystems the target works on.
+    pub learn: bool,
+    /// Every event of the subsystems (the census) rather than the curated set.
+    pub census: bool,
 }
 
 /// Tracepoint subsystems that belong to a filesystem kind.
@@ -39,6 +50,64 @@ pub fn subsystems_for(kind: &str) -> &'static [&'static str] {
         _ => &["writeback"],
     }
 }
+
+/// The default set: events that mark a wait, a throttle, a commit, a flush or a unit of
+/// background work. They fire per operation that costs milliseconds, not per page, inode
+/// or buffer, so counting them costs nothing measurable; the census (every event of the
+/// subsystems, `--all-fs-events`) fires millions of times on a tree delete (1.2–1.5× wall).
+/// The begin/end pairs below are all in it but ext4_truncate and ext4_ext_remove_space,
+/// which fire per unlinked file.
+pub const CURATED: &[&str] = &[
+    "ext4:ext4_sync_file_enter",
+    "ext4:ext4_sync_file_exit",
+    "ext4:ext4_sync_fs",
+    "ext4:ext4_fc_commit_start",
+    "ext4:ext4_fc_commit_stop",
+    "ext4:ext4_es_shrink",
+    "jbd2:jbd2_start_commit",
+    "jbd2:jbd2_commit_locking",
+    "jbd2:jbd2_commit_flushing",
+    "jbd2:jbd2_commit_logging",
+    "jbd2:jbd2_end_commit",
+    "jbd2:jbd2_run_stats",
+    "jbd2:jbd2_checkpoint",
+    "jbd2:jbd2_checkpoint_stats",
+    "jbd2:jbd2_lock_buffer_stall",
+    "jbd2:jbd2_update_log_tail",
+    "jbd2:jbd2_write_superblock",
+    "xfs:xfs_buf_iowait",
+    "xfs:xfs_buf_iowait_done",
+    "xfs:xfs_log_force",
+    "xfs:xfs_log_cil_wait",
+    "xfs:xfs_log_grant_sleep",
+    "xfs:xfs_log_grant_wake",
+    "xfs:xfs_ail_push",
+    "xfs:xfs_inodegc_flush",
+    "xfs:xfs_inodegc_push",
+    "xfs:xfs_inodegc_throttle",
+    "xfs:xfs_inodegc_worker",
+    "xfs:xfs_inodegc_shrinker_scan",
+    "xfs:xfs_blockgc_worker",
+    "xfs:xfs_blockgc_flush_all",
+    "xfs:xfs_file_fsync",
+    "xfs:xfs_dir_fsync",
+    "btrfs:btrfs_transaction_commit",
+    "btrfs:btrfs_sync_file",
+    "btrfs:btrfs_sync_fs",
+    "btrfs:btrfs_flush_space",
+    "btrfs:btrfs_reserve_ticket",
+    "btrfs:btrfs_trigger_flush",
+    "writeback:writeback_start",
+    "writeback:writeback_written",
+    "writeback:writeback_wait",
+    "writeback:writeback_queue",
+    "writeback:writeback_exec",
+    "writeback:writeback_pages_written",
+    "writeback:writeback_wake_background",
+    "writeback:balance_dirty_pages",
+    "fuse:fuse_request_send",
+    "fuse:fuse_request_end",
+];
 
 /// How to get from a struct to a superblock's dev_t: follow `member` to `next`, or (None)
 /// read `member` as the dev_t.
@@ -173,6 +242,8 @@ pub struct FsEventsAttached {
     /// (1-based pair id, name).
     pub pairs: Vec<(u32, String)>,
     pub subsystems: Vec<String>,
+    /// Every event of the subsystems, not the curated set.
+    pub census: bool,
     /// Events that exist but could not be attached.
     pub failed: Vec<String>,
     /// The links carrying the program; closing them detaches it.
@@ -182,6 +253,10 @@ pub struct FsEventsAttached {
 impl FsEventsAttached {
     pub fn attached(&self) -> usize {
         self.links.len()
+    }
+
+    pub fn into_links(self) -> Vec<OwnedFd> {
+        self.links
     }
 }
 
@@ -195,59 +270,85 @@ fn device_of(btf: &Btf, e: &Event) -> Option<(u32, Vec<u32>, u32)> {
     })
 }
 
-/// `union bpf_attr` for BPF_RAW_TRACEPOINT_OPEN; `cookie` since Linux 6.10.
-#[repr(C)]
-struct RawTracepointOpen {
-    name: u64,
-    prog_fd: u32,
-    _pad: u32,
-    cookie: u64,
-}
-const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
-
-/// Attaches `prog_fd` to raw tracepoint `name` with `cookie`.
-fn attach_raw(prog_fd: i32, name: &str, cookie: u64) -> std::io::Result<OwnedFd> {
-    let cname = std::ffi::CString::new(name)?;
-    let attr = RawTracepointOpen {
-        name: cname.as_ptr() as u64,
-        prog_fd: prog_fd as u32,
-        _pad: 0,
-        cookie,
-    };
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_RAW_TRACEPOINT_OPEN,
-            &attr as *const RawTracepointOpen,
-            std::mem::size_of::<RawTracepointOpen>() as u32,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// Configures and attaches the fs_event program for `target`'s subsystems.
-pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
+/// The subsystems (those this kernel has) and events `target` selects.
+fn select(target: &FsTarget) -> Result<(Vec<String>, Vec<Event>)> {
     let all = tracefs::events().map_err(|e| anyhow::anyhow!(e))?;
-    let btf = btf::load(std::path::Path::new(VMLINUX_BTF))?;
-    let subsystems = subsystems_for(&target.kind);
-    let events: Vec<&Event> = subsystems
+    let mut subsystems: Vec<&str> = Vec::new();
+    for k in &target.kinds {
+        for s in subsystems_for(k) {
+            if !subsystems.contains(s) {
+                subsystems.push(s);
+            }
+        }
+    }
+    let events: Vec<Event> = subsystems
         .iter()
         .filter_map(|s| all.get(*s))
         .flatten()
+        .filter(|e| target.census || CURATED.contains(&e.full_name().as_str()))
         .take(MAX_FS_EVENTS as usize)
+        .cloned()
         .collect();
     if events.is_empty() {
         bail!("no tracepoints of {} in this kernel", subsystems.join(", "));
     }
+    let present = subsystems
+        .iter()
+        .filter(|s| events.iter().any(|e| e.subsystem == **s))
+        .map(|s| s.to_string())
+        .collect();
+    Ok((present, events))
+}
+
+/// Attaches program `prog` to every event, event i with cookie i.
+fn attach_all(
+    ebpf: &mut Ebpf,
+    prog: &str,
+    events: &[Event],
+    out: &mut FsEventsAttached,
+) -> Result<()> {
+    let program: &mut RawTracePoint = ebpf
+        .program_mut(prog)
+        .with_context(|| format!("program {prog} missing from the eBPF object"))?
+        .try_into()?;
+    if program.fd().is_err() {
+        program.load().with_context(|| format!("loading {prog}"))?;
+    }
+    let prog_fd = program.fd()?.as_fd().as_raw_fd();
+    for (i, e) in events.iter().enumerate() {
+        match attach_raw(prog_fd, &e.name, i as u64) {
+            Ok(fd) => out.links.push(fd),
+            Err(err) => out.failed.push(format!("{}: {err}", e.full_name())),
+        }
+    }
+    if out.links.is_empty() {
+        bail!(
+            "no fs tracepoint could be attached ({})",
+            out.failed.first().map(String::as_str).unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// The floor: the do-nothing program on the same events.
+pub fn attach_floor(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
+    let (subsystems, events) = select(target)?;
     let mut out = FsEventsAttached {
-        subsystems: subsystems
-            .iter()
-            .filter(|s| all.get(**s).is_some_and(|v| !v.is_empty()))
-            .map(|s| s.to_string())
-            .collect(),
+        subsystems,
+        census: target.census,
+        ..Default::default()
+    };
+    attach_all(ebpf, "floor_tp", &events, &mut out)?;
+    Ok(out)
+}
+
+/// Configures and attaches the fs_event program for `target`'s subsystems.
+pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
+    let (subsystems, events) = select(target)?;
+    let btf = btf::load(std::path::Path::new(VMLINUX_BTF))?;
+    let mut out = FsEventsAttached {
+        subsystems,
+        census: target.census,
         ..Default::default()
     };
     let mut cfgs: Vec<FsEventCfg> = Vec::new();
@@ -300,25 +401,26 @@ pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
             map.set(i as u32, cfg, 0)?;
         }
     }
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut("fs_event")
-        .context("program fs_event missing from the eBPF object")?
-        .try_into()?;
-    prog.load().context("loading fs_event")?;
-    let prog_fd = prog.fd()?.as_fd().as_raw_fd();
-    for (i, e) in events.iter().enumerate() {
-        match attach_raw(prog_fd, &e.name, i as u64) {
-            Ok(fd) => out.links.push(fd),
-            Err(err) => out.failed.push(format!("{}: {err}", e.full_name())),
+    {
+        let mut devs: HashMap<_, u32, u8> =
+            HashMap::try_from(ebpf.map_mut("FS_DEVS").context("FS_DEVS map")?)?;
+        for dev in &target.devs {
+            devs.insert(dev, 1, 0)?;
         }
     }
-    if out.links.is_empty() {
-        bail!(
-            "no fs tracepoint could be attached ({})",
-            out.failed.first().map(String::as_str).unwrap_or("")
-        );
-    }
+    attach_all(ebpf, "fs_event", &events, &mut out)?;
     Ok(out)
+}
+
+/// The filesystems whose events counted: the fixed one, or those in FS_DEVS.
+pub fn watched_devs(ebpf: &Ebpf, fixed: Option<u32>) -> Result<Vec<u32>> {
+    if let Some(d) = fixed {
+        return Ok(vec![d]);
+    }
+    let devs: HashMap<_, u32, u8> = HashMap::try_from(ebpf.map("FS_DEVS").context("FS_DEVS map")?)?;
+    let mut v: Vec<u32> = devs.keys().filter_map(|k| k.ok()).collect();
+    v.sort();
+    Ok(v)
 }
 
 #[cfg(test)]

@@ -3,9 +3,13 @@
 pub mod btf;
 pub mod fs_events;
 pub mod offsets;
+pub mod raw_tracepoint;
 pub mod tracefs;
 
-use std::path::Path;
+use std::{
+    os::fd::{AsFd, AsRawFd, OwnedFd},
+    path::Path,
+};
 
 use anyhow::{Context, Result, bail};
 use aya::{
@@ -37,6 +41,17 @@ const REQUIRED: &[&str] = &[
 /// Missing ones degrade a figure (queue latency, requeue handling) but not the run.
 const OPTIONAL: &[&str] = &["block_io_start", "block_rq_insert", "block_rq_requeue"];
 
+/// Which of the filesystem's own tracepoints to count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FsEventSet {
+    Off,
+    /// `fs_events::CURATED`: waits, commits, flushes, background work units.
+    #[default]
+    Curated,
+    /// Every event of the subsystems.
+    Census,
+}
+
 /// What to watch besides the target's threads.
 #[derive(Clone, Debug, Default)]
 pub struct ProbeOptions {
@@ -49,6 +64,9 @@ pub struct ProbeOptions {
     /// Userspace processes that work for the filesystem (a FUSE daemon): their on-CPU
     /// samples are background work.
     pub background_pids: Vec<u32>,
+    /// Attach programs that do nothing to the same hooks instead: the floor any tracer
+    /// on these hooks pays (for benchmarks; the profile stays empty).
+    pub floor: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -59,10 +77,11 @@ pub struct StackOptions {
     pub background: bool,
 }
 
-/// perf's default is 4000 Hz, bcc's profile 49 Hz; 999 Hz gives a 1 ms weight per sample
-/// (a 1 s on-CPU target yields ~1000 samples), costs little on every CPU, and stays
-/// off the 1000 Hz timer tick.
-pub const DEFAULT_SAMPLE_HZ: u32 = 999;
+/// perf's default is 4000 Hz, bcc's profile 49 Hz, flame graph recipes use 99. Each sample
+/// costs ~8 µs of kernel unwinding (64 frames from the timer interrupt) plus the user
+/// stack: 999 Hz cost 2.2 % of an ext4 tree delete's wall, 199 Hz costs ~0.5 % and still
+/// gives 5 ms resolution per CPU; off-CPU stacks are exact whatever the rate.
+pub const DEFAULT_SAMPLE_HZ: u32 = 199;
 
 impl Default for StackOptions {
     fn default() -> Self {
@@ -83,8 +102,15 @@ pub struct Probes {
     /// Sampling period (ns) when stacks are on.
     pub sample_period_ns: Option<u64>,
     pub fs_events: Option<fs_events::FsEventsAttached>,
+    /// The one filesystem whose events count, when it is fixed (a lab).
+    pub fs_dev: Option<u32>,
     /// Optional parts that could not be set up (stacks, fs events), one line each.
     pub warnings: Vec<String>,
+    /// Keeps the kernel's BPF run-time statistics on while fsprof runs (BPF_ENABLE_STATS:
+    /// they end when this closes; the sysctl is never touched). None: not available.
+    stats: Option<OwnedFd>,
+    /// With `floor`: the do-nothing programs' links.
+    floor_links: Vec<OwnedFd>,
 }
 
 /// Refuses early, with one line each, what would otherwise fail deep inside the loader.
@@ -114,9 +140,23 @@ impl Probes {
             config.background = s.background.into();
             config.sample_period_ns = p;
         }
+        let mut fs_dev = None;
         if let Some(t) = &opts.fs_events {
-            config.fs_dev = t.dev;
+            if let ([dev], false) = (t.devs.as_slice(), t.learn) {
+                fs_dev = Some(*dev);
+                config.fs_dev = *dev;
+            }
+            config.fs_learn = t.learn.into();
         }
+        let mut warnings = Vec::new();
+        // Before loading: the cost of every program from its first run.
+        let stats = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                warnings.push(format!("fsprof's own cost is not measured: {e}"));
+                None
+            }
+        };
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
             .load(EBPF_OBJECT)
@@ -139,6 +179,20 @@ impl Probes {
         }
         let mut attached = Vec::new();
         let mut missing = Vec::new();
+        if opts.floor {
+            let floor_links = attach_floor(&mut ebpf, opts, period, &mut attached, &mut warnings)?;
+            return Ok(Probes {
+                ebpf,
+                attached,
+                missing,
+                sample_period_ns: period,
+                fs_events: None,
+                fs_dev,
+                warnings,
+                stats,
+                floor_links,
+            });
+        }
         for (names, required) in [(REQUIRED, true), (OPTIONAL, false)] {
             for &name in names {
                 match attach(&mut ebpf, name) {
@@ -150,10 +204,9 @@ impl Probes {
                 }
             }
         }
-        let mut warnings = Vec::new();
         let mut sample_period_ns = None;
         if let Some(p) = period {
-            match attach_sampler(&mut ebpf, p) {
+            match attach_sampler(&mut ebpf, "on_cpu_sample", p) {
                 Ok(()) => sample_period_ns = Some(p),
                 Err(e) => warnings.push(format!("no on-CPU stacks: {e:#}")),
             }
@@ -174,16 +227,26 @@ impl Probes {
             missing,
             sample_period_ns,
             fs_events,
+            fs_dev,
             warnings,
+            stats,
+            floor_links: Vec::new(),
         })
+    }
+
+    /// Whether the kernel is keeping run-time statistics of fsprof's programs.
+    pub fn cost_measured(&self) -> bool {
+        self.stats.is_some()
     }
 
     /// One line naming the hook set, printed at start, and a warning per missing hook.
     pub fn describe(&self) -> String {
-        let mut s = format!(
-            "fsprof: attached raw tracepoints: {}",
-            self.attached.join(" ")
-        );
+        let what = if self.floor_links.is_empty() {
+            "raw tracepoints"
+        } else {
+            "do-nothing programs (floor) on raw tracepoints"
+        };
+        let mut s = format!("fsprof: attached {what}: {}", self.attached.join(" "));
         if let Some(p) = self.sample_period_ns {
             s.push_str(&format!(
                 "; cpu-clock sampling at {} Hz",
@@ -192,8 +255,9 @@ impl Probes {
         }
         if let Some(f) = &self.fs_events {
             s.push_str(&format!(
-                "; {} tracepoints of {}",
+                "; {} {}tracepoints of {}",
                 f.attached(),
+                if f.census { "(all) " } else { "" },
                 f.subsystems.join(",")
             ));
         }
@@ -278,13 +342,13 @@ pub fn monotonic_ns() -> u64 {
 
 /// The cpu-clock sampler on every online CPU, all processes (the program keeps only the
 /// target and kernel threads).
-fn attach_sampler(ebpf: &mut Ebpf, period_ns: u64) -> Result<()> {
+fn attach_sampler(ebpf: &mut Ebpf, name: &str, period_ns: u64) -> Result<()> {
     let cpus = aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
     let prog: &mut PerfEvent = ebpf
-        .program_mut("on_cpu_sample")
-        .context("program on_cpu_sample missing from the eBPF object")?
+        .program_mut(name)
+        .with_context(|| format!("program {name} missing from the eBPF object"))?
         .try_into()?;
-    prog.load().context("loading on_cpu_sample")?;
+    prog.load().with_context(|| format!("loading {name}"))?;
     for cpu in cpus {
         prog.attach(
             PerfEventConfig::Software(SoftwareEvent::CpuClock),
@@ -295,6 +359,42 @@ fn attach_sampler(ebpf: &mut Ebpf, period_ns: u64) -> Result<()> {
         .with_context(|| format!("attaching the cpu-clock sampler on CPU {cpu}"))?;
     }
     Ok(())
+}
+
+/// The floor: `floor_tp` on every hook the real programs use (one program, many links),
+/// the do-nothing sampler, and the do-nothing program on the same fs events.
+fn attach_floor(
+    ebpf: &mut Ebpf,
+    opts: &ProbeOptions,
+    period: Option<u64>,
+    attached: &mut Vec<&'static str>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<OwnedFd>> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut("floor_tp")
+        .context("program floor_tp missing from the eBPF object")?
+        .try_into()?;
+    prog.load().context("loading floor_tp")?;
+    let fd = prog.fd()?.as_fd().as_raw_fd();
+    let mut links = Vec::new();
+    for &name in REQUIRED.iter().chain(OPTIONAL) {
+        if let Ok(link) = raw_tracepoint::attach_raw(fd, name, 0) {
+            links.push(link);
+            attached.push(name);
+        }
+    }
+    if let Some(p) = period
+        && let Err(e) = attach_sampler(ebpf, "floor_sample", p)
+    {
+        warnings.push(format!("no floor sampler: {e:#}"));
+    }
+    if let Some(t) = &opts.fs_events {
+        match fs_events::attach_floor(ebpf, t) {
+            Ok(f) => links.extend(f.into_links()),
+            Err(e) => warnings.push(format!("no floor fs events: {e:#}")),
+        }
+    }
+    Ok(links)
 }
 
 fn attach(ebpf: &mut Ebpf, name: &'static str) -> Result<()> {

@@ -227,7 +227,7 @@ fn facts(r: &RunResult) -> String {
 
 fn table(r: &RunResult, step: &str) -> String {
     let mut o = String::from(
-        "<table class=\"grid\"><tr><th>fs</th><th>wall (median)</th><th>min–max</th><th>CPU</th><th>user</th><th>sys</th><th>kernel bg</th><th>I/O wait</th><th>other D</th><th>run-queue</th><th>syncfs</th><th>quiesce</th></tr>",
+        "<table class=\"grid\"><tr><th>fs</th><th>wall (median)</th><th>min–max</th><th>CPU</th><th>user</th><th>sys</th><th>kernel bg</th><th>I/O wait</th><th>other D</th><th>run-queue</th><th>syncfs</th><th>quiesce</th><th title=\"fsprof's own kernel time (BPF run time)\">probes</th></tr>",
     );
     for f in &r.filesystems {
         let runs = f.runs_of(step);
@@ -377,7 +377,7 @@ pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Res
         let _ = writeln!(o, "## {step}\n");
         let _ = writeln!(
             o,
-            "| fs | wall | user | sys | kernel bg | I/O wait | other D | run-queue | syncfs | quiesce |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "| fs | wall | user | sys | kernel bg | I/O wait | other D | run-queue | syncfs | quiesce | probes |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for f in &r.filesystems {
             let runs = f.runs_of(&step);

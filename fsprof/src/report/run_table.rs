@@ -18,8 +18,8 @@ pub fn clock(ns: u64) -> String {
 }
 
 /// Columns after CPU%: user, sys, kernel background, I/O wait, other D, run-queue, syncfs,
-/// quiesce.
-pub const COLS: usize = 9;
+/// quiesce, probes (fsprof's own kernel time).
+pub const COLS: usize = 10;
 
 fn row(fs: &str, pass: String, cells: [u64; COLS], cpu: f64) -> Vec<String> {
     let [wall, rest @ ..] = cells;
@@ -39,7 +39,8 @@ pub fn median_cells(runs: &[&StepRun]) -> [u64; COLS] {
     std::array::from_fn(|k| median(runs.iter().map(|s| cells(s)[k]).collect()))
 }
 
-/// wall, user, sys, kernel background, I/O wait, other D, run-queue, syncfs, quiesce.
+/// wall, user, sys, kernel background, I/O wait, other D, run-queue, syncfs, quiesce,
+/// probes.
 pub fn cells(s: &StepRun) -> [u64; COLS] {
     let t = &s.trace;
     let time = &t.profile.time;
@@ -53,6 +54,7 @@ pub fn cells(s: &StepRun) -> [u64; COLS] {
         time.run_queue.ns,
         s.syncfs_ns,
         t.quiesce_ns.unwrap_or(0),
+        t.profile.probe_cost.as_ref().map(|c| c.run_ns).unwrap_or(0),
     ]
 }
 
@@ -130,6 +132,7 @@ pub fn render(r: &RunResult) -> String {
         "run-queue",
         "syncfs",
         "quiesce",
+        "probes",
     ];
     for step in &steps {
         let _ = writeln!(o, "\n{step}");

@@ -166,6 +166,9 @@ pub fn render(r: &TraceResult) -> String {
     }
     render_stacks(&mut o, r);
     render_fs_events(&mut o, r);
+    if let Some(c) = &r.profile.probe_cost {
+        let _ = writeln!(o, "\n{}", c.line(r.wall_ns, r.sys_ns));
+    }
     if r.profile.lost.is_empty() {
         let _ = writeln!(o, "\nlost events: none");
     } else {
@@ -263,13 +266,23 @@ fn render_fs_events(o: &mut String, r: &TraceResult) {
     let total: u64 = f.events.iter().map(|e| e.count).sum();
     let _ = writeln!(
         o,
-        "\nfilesystem tracepoints ({}: {} attached{}): {total} events, {} kinds{}",
+        "\nfilesystem tracepoints ({}{}: {} attached{}) on {}: {total} events, {} kinds{}",
+        if f.census { "all of " } else { "" },
         f.subsystems.join(", "),
         f.attached,
         if f.failed > 0 {
             format!(", {} failed", f.failed)
         } else {
             String::new()
+        },
+        if f.watched.is_empty() {
+            "no filesystem the target touched".to_string()
+        } else {
+            f.watched
+                .iter()
+                .map(|w| w.describe())
+                .collect::<Vec<_>>()
+                .join(", ")
         },
         f.events.len(),
         if f.lost_nested > 0 {

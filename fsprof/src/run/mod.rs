@@ -84,8 +84,8 @@ pub struct RunOptions {
     pub drop_caches: bool,
     /// Stacks (on-CPU samples, off-CPU stacks, background work); None: off.
     pub stacks: Option<StackOptions>,
-    /// Count the filesystem's own tracepoints.
-    pub fs_events: bool,
+    /// Which of the filesystem's own tracepoints to count.
+    pub fs_events: crate::probes::FsEventSet,
     /// Freeze and thaw after each step's syncfs, traced, so deferred work lands in it.
     pub quiesce: bool,
     /// Where folded stacks and flame graphs go (with `stacks`).
@@ -199,7 +199,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
     let mut result = RunResult {
         schema_version: RUN_SCHEMA_VERSION,
         fsprof_version: env!("CARGO_PKG_VERSION").to_string(),
-        kernel: trace::kernel_release(),
+        kernel: crate::os::kernel_release(),
         cpus: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),

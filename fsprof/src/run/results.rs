@@ -135,7 +135,7 @@ impl RunResult {
         let mut out = String::from(
             "fs,pass,step,wall_s,user_s,sys_s,cpu_percent,on_cpu_s,io_wait_s,uninterruptible_s,\
              sleep_s,run_queue_s,syncfs_s,quiesce_s,kernel_background_s,block_read_bytes,block_write_bytes,\
-             syscalls,lost_events\n",
+             syscalls,lost_events,probe_s,probe_runs\n",
         );
         let s = |ns: u64| format!("{:.6}", ns as f64 / 1e9);
         for f in &self.filesystems {
@@ -154,7 +154,7 @@ impl RunResult {
                     let calls: u64 = t.profile.syscalls.iter().map(|c| c.count).sum();
                     let lost: u64 = t.profile.lost.values().sum();
                     out.push_str(&format!(
-                        "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                        "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                         f.fs,
                         p.pass,
                         st.step,
@@ -173,7 +173,9 @@ impl RunResult {
                         block("read"),
                         block("write"),
                         calls,
-                        lost
+                        lost,
+                        s(t.profile.probe_cost.as_ref().map(|c| c.run_ns).unwrap_or(0)),
+                        t.profile.probe_cost.as_ref().map(|c| c.runs).unwrap_or(0)
                     ));
                 }
             }

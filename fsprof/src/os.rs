@@ -1,0 +1,35 @@
+//! Small operating-system helpers every layer may use; this module imports nothing of
+//! fsprof's.
+
+use std::{
+    io::Read,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+
+/// Reads a whole small file into a String, trimmed.
+pub fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
+    let mut s = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .read_to_string(&mut s)
+        .ok()?;
+    Some(s.trim().to_string())
+}
+
+pub fn kernel_release() -> String {
+    read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default()
+}
+
+/// syncfs(2) on the filesystem holding `path`; returns how long it took.
+pub fn syncfs(path: &Path) -> Result<Duration> {
+    let f = std::fs::File::open(path)?;
+    let start = Instant::now();
+    // SAFETY: syncfs only reads the fd, which `f` keeps open for the call.
+    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("syncfs");
+    }
+    Ok(start.elapsed())
+}

@@ -1,0 +1,231 @@
+//! fsprof's own cost and the events it attaches: the probe cost is measured and reported,
+//! the curated fs-event set counts what the census counts, fs events follow the target
+//! to the filesystem it works on, and BPF run-time statistics end with fsprof.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use fsprof::{
+    lab::FsKind,
+    probes::FsEventSet,
+    trace::{self, TraceOptions},
+};
+use fsprof_tests::*;
+
+#[test]
+fn probe_cost_is_reported_and_below_the_targets_sys_time() {
+    if !root_or_skip("probe_cost_is_reported_and_below_the_targets_sys_time") {
+        return;
+    }
+    let fs = lab(FsKind::Ext4, 256 << 20, "");
+    make_tree(&fs.mountpoint().join("tree"), 20, 300).unwrap();
+    drop_caches();
+    let r = trace(argv(&["rm", "-rf", "tree"]), Some(fs.mountpoint()));
+    let cost = r.profile.probe_cost.as_ref().expect("probe cost measured");
+    let exit = cost
+        .programs
+        .iter()
+        .find(|p| p.program == "sys_exit")
+        .unwrap();
+    let syscalls: u64 = r.profile.syscalls.iter().map(|s| s.count).sum();
+    // sys_exit runs for every syscall on the machine, the target's among them.
+    assert!(
+        exit.runs >= syscalls,
+        "{} runs < {syscalls} syscalls",
+        exit.runs
+    );
+    assert!(exit.run_ns > 0 && cost.run_ns >= exit.run_ns);
+    assert_eq!(cost.runs, cost.programs.iter().map(|p| p.runs).sum::<u64>());
+    assert!(
+        cost.run_ns < r.sys_ns,
+        "probes {} ns ≥ target sys {} ns",
+        cost.run_ns,
+        r.sys_ns
+    );
+    let line = fsprof::report::table::render(&r);
+    assert!(line.contains("fsprof probes: "), "{line}");
+}
+
+fn fsyncs_on_lab(set: FsEventSet) -> fsprof::aggregate::fs_events::FsEventsProfile {
+    let fs = lab(FsKind::Ext4, 256 << 20, "");
+    let mut opts = TraceOptions {
+        command: argv(&[
+            "sh",
+            "-c",
+            "for i in 1 2 3 4; do dd if=/dev/zero of=f$i bs=4k count=2 conv=fsync status=none; done",
+        ]),
+        ..Default::default()
+    };
+    opts.on_lab(&fs, set, true).unwrap();
+    let r = trace::run(&opts).unwrap();
+    r.profile.fs_events.expect("fs events traced")
+}
+
+#[test]
+fn curated_events_count_as_the_census_does() {
+    if !root_or_skip("curated_events_count_as_the_census_does") {
+        return;
+    }
+    let curated = fsyncs_on_lab(FsEventSet::Curated);
+    let census = fsyncs_on_lab(FsEventSet::Census);
+    assert!(!curated.census && census.census);
+    assert!(
+        census.attached > 3 * curated.attached,
+        "census {} vs curated {} attached",
+        census.attached,
+        curated.attached
+    );
+    let count = |p: &fsprof::aggregate::fs_events::FsEventsProfile, n: &str| {
+        p.events.iter().find(|e| e.name == n).map(|e| e.count)
+    };
+    for n in ["ext4:ext4_sync_file_enter", "ext4:ext4_sync_file_exit"] {
+        assert_eq!(count(&curated, n), Some(4), "{n} curated: {curated:#?}");
+        assert_eq!(count(&census, n), Some(4), "{n} census");
+    }
+    // Every event the curated trace saw is one the census attaches too.
+    for e in &curated.events {
+        assert!(
+            fsprof::probes::fs_events::CURATED.contains(&e.name.as_str()),
+            "{} is not curated",
+            e.name
+        );
+    }
+    let pair = |p: &fsprof::aggregate::fs_events::FsEventsProfile| {
+        p.pairs
+            .iter()
+            .find(|x| x.name == "ext4_sync_file")
+            .map(|x| x.count)
+    };
+    assert_eq!(pair(&curated), Some(4));
+    assert_eq!(pair(&census), Some(4));
+    // The census alone has the per-file events.
+    assert!(census.events.len() > curated.events.len());
+}
+
+fn fs_kind_of(p: &Path) -> String {
+    let m = fsprof::lab::mountinfo::holding(
+        &fsprof::lab::mountinfo::read(),
+        &p.canonicalize().unwrap(),
+    )
+    .unwrap();
+    m.fstype
+}
+
+#[test]
+fn fs_events_follow_the_target_not_its_cwd() {
+    if !root_or_skip("fs_events_follow_the_target_not_its_cwd") {
+        return;
+    }
+    let fs = lab(FsKind::Xfs, 512 << 20, "");
+    let cwd = std::env::temp_dir();
+    assert_ne!(
+        fs_kind_of(&cwd),
+        "xfs",
+        "the cwd must be on another filesystem"
+    );
+    let json = TempDir::new("follow");
+    let j = json.0.join("t.json");
+    let mnt = fs.mountpoint().display().to_string();
+    let script = "cd \"$D\" && echo x > f && sync f && mkdir t && touch t/a t/b && rm -rf t f";
+    // Named in the script: that filesystem is watched from the start, the cwd's is not.
+    // Only reaching the command through the environment: xfs is learned when the target's
+    // own fsync fires xfs_file_fsync there (the cwd's is then watched as the fallback).
+    for named in [true, false] {
+        let mut cmd = Command::new(fsprof_bin());
+        cmd.args(["trace", "--no-stacks", "--json"]).arg(&j).args([
+            "--",
+            "env",
+            &format!("D={mnt}"),
+            "sh",
+            "-c",
+            script,
+        ]);
+        if named {
+            cmd.arg(&mnt); // $0 of the script: a path the command line names
+        }
+        let out = cmd.current_dir(&cwd).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+        let f = &v["profile"]["fs_events"];
+        let watched: Vec<&str> = f["watched"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|w| w["fstype"].as_str())
+            .collect();
+        if named {
+            assert_eq!(watched, ["xfs"], "{err}");
+        } else {
+            assert!(watched.contains(&"xfs"), "{err}");
+        }
+        let fsync = f["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "xfs:xfs_file_fsync")
+            .map(|e| e["count"].as_u64().unwrap());
+        assert_eq!(fsync, Some(1), "{err}");
+        assert!(
+            err.contains("xfs /dev/"),
+            "the report names the watched fs: {err}"
+        );
+    }
+}
+
+/// Processes holding a BPF run-time statistics fd.
+fn stats_holders() -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let held = std::fs::read_dir(e.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|l| l.to_string_lossy().contains("bpf-stats"));
+        if held {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn bpf_stats_end_with_fsprof_also_after_sigterm() {
+    if !root_or_skip("bpf_stats_end_with_fsprof_also_after_sigterm") {
+        return;
+    }
+    let sysctl = || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
+    let before = sysctl();
+    assert!(
+        stats_holders().is_empty(),
+        "stats already held by {:?}",
+        stats_holders()
+    );
+    let done = Command::new(fsprof_bin())
+        .args(["trace", "--no-stacks", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(done.status.success());
+    assert_eq!(sysctl(), before);
+    assert!(stats_holders().is_empty());
+
+    let child = Command::new(fsprof_bin())
+        .args(["trace", "--no-stacks", "--", "sleep", "30"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // While it runs, fsprof itself keeps the statistics on, through its fd, not the sysctl.
+    assert_eq!(stats_holders(), [child.id()]);
+    assert_eq!(sysctl(), before);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
+    assert_eq!(sysctl(), before);
+    assert!(stats_holders().is_empty(), "{:?}", stats_holders());
+}
