@@ -158,6 +158,18 @@ pub struct HistKey {
     pub bucket: u32,
 }
 
+/// Syscalls whose latency histogram is a dense per-CPU array row (indexed by bucket: no
+/// hash lookup on the hottest path); the others' buckets go to the histogram hash.
+/// Userspace may load fewer rows on machines with many CPUs (the rows are per CPU).
+pub const DENSE_SYSCALL_ROWS: u32 = 24;
+
+/// One dense histogram row: a count per bucket (`hist::bucket_of`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DenseHist {
+    pub buckets: [u64; crate::hist::BUCKETS as usize],
+}
+
 /// Per-syscall totals, indexed by syscall number in a per-CPU array.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -420,4 +432,5 @@ mod pod {
     unsafe impl aya::Pod for Weight {}
     unsafe impl aya::Pod for FsEventCfg {}
     unsafe impl aya::Pod for PairKey {}
+    unsafe impl aya::Pod for DenseHist {}
 }

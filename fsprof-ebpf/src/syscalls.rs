@@ -3,15 +3,42 @@
 
 use aya_ebpf::{
     macros::{map, raw_tracepoint},
-    maps::PerCpuArray,
+    maps::{Array, PerCpuArray},
     programs::RawTracePointContext,
 };
-use fsprof_common::{HistKind, Lost, MAX_SYSCALLS, SyscallStats};
+use fsprof_common::{
+    DENSE_SYSCALL_ROWS, DenseHist, HistKind, Lost, MAX_SYSCALLS, SyscallStats,
+    hist::{BUCKETS, bucket_of},
+};
 
 use crate::common::{TASKS, current_tid, hist_add, lost, now};
 
 #[map]
 static SYSCALLS: PerCpuArray<SyscallStats> = PerCpuArray::with_max_entries(MAX_SYSCALLS, 0);
+
+/// Syscall number → 1 + its row in SYSCALL_HISTS (0: none), set by userspace for the
+/// syscalls filesystem work makes most.
+#[map]
+static SYSCALL_ROW: Array<u32> = Array::with_max_entries(MAX_SYSCALLS, 0);
+
+#[map]
+static SYSCALL_HISTS: PerCpuArray<DenseHist> = PerCpuArray::with_max_entries(DENSE_SYSCALL_ROWS, 0);
+
+/// Latency into the syscall's dense row when it has one, else into the histogram hash.
+#[inline(always)]
+fn add_latency(nr: u32, latency: u64) {
+    if let Some(row) = SYSCALL_ROW.get(nr)
+        && *row != 0
+        && let Some(h) = SYSCALL_HISTS.get_ptr_mut(*row - 1)
+    {
+        let b = bucket_of(latency);
+        if b < BUCKETS {
+            unsafe { (*h).buckets[b as usize] += 1 };
+        }
+        return;
+    }
+    hist_add(HistKind::SyscallLatency, 0, nr, latency);
+}
 
 // TP_PROTO(struct pt_regs *regs, long id)
 #[raw_tracepoint(tracepoint = "sys_enter")]
@@ -57,7 +84,7 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
             (*s).total_ns += latency;
         }
     }
-    hist_add(HistKind::SyscallLatency, 0, nr, latency);
+    add_latency(nr, latency);
     0
 }
 

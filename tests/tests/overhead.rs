@@ -41,6 +41,17 @@ fn probe_cost_is_reported_and_below_the_targets_sys_time() {
         cost.run_ns,
         r.sys_ns
     );
+    // Every call is in its latency histogram, whether the syscall has a dense row
+    // (unlinkat, getdents64, …) or uses the histogram hash (the rest).
+    for s in &r.profile.syscalls {
+        assert_eq!(s.latency.count, s.count, "{} latency histogram", s.name);
+    }
+    assert!(
+        r.profile
+            .syscalls
+            .iter()
+            .any(|s| s.name == "unlinkat" && s.count >= 6000)
+    );
     let line = fsprof::report::table::render(&r);
     assert!(line.contains("fsprof probes: "), "{line}");
 }

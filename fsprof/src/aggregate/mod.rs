@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use fsprof_common::{
-    BlockClass, BlockKey, BlockStats, COUNTERS, Counter, HistKey, HistKind, LOST_KINDS, Lost,
-    MAX_SYSCALLS, SyscallStats, TIME_CLASSES, TaskState, TimeClass, TimeStats, kdev,
+    BlockClass, BlockKey, BlockStats, COUNTERS, Counter, DenseHist, HistKey, HistKind, LOST_KINDS,
+    Lost, MAX_SYSCALLS, SyscallStats, TIME_CLASSES, TaskState, TimeClass, TimeStats, kdev,
 };
 use serde::{Deserialize, Serialize};
 
@@ -176,6 +176,24 @@ fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
         out.entry((k.kind, k.class, k.id))
             .or_default()
             .push((k.bucket, n));
+    }
+    let dense: PerCpuArray<_, DenseHist> = PerCpuArray::try_from(
+        probes
+            .ebpf
+            .map("SYSCALL_HISTS")
+            .context("SYSCALL_HISTS map")?,
+    )?;
+    for (row, &nr) in probes.dense_rows.iter().enumerate() {
+        let per_cpu = dense.get(&(row as u32), 0)?;
+        let buckets = out
+            .entry((HistKind::SyscallLatency as u32, 0, nr))
+            .or_default();
+        for b in 0..fsprof_common::hist::BUCKETS as usize {
+            let n: u64 = per_cpu.iter().map(|h| h.buckets[b]).sum();
+            if n > 0 {
+                buckets.push((b as u32, n));
+            }
+        }
     }
     Ok(out)
 }

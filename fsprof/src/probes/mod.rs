@@ -38,6 +38,37 @@ const REQUIRED: &[&str] = &[
     "block_rq_issue",
     "block_rq_complete",
 ];
+/// Syscalls whose latency histograms get a dense row (the rest use the histogram hash):
+/// what filesystem work calls most.
+const DENSE_SYSCALLS: &[&str] = &[
+    "read",
+    "write",
+    "pread64",
+    "pwrite64",
+    "openat",
+    "close",
+    "newfstatat",
+    "statx",
+    "fstat",
+    "lseek",
+    "getdents64",
+    "unlinkat",
+    "unlink",
+    "mkdir",
+    "mkdirat",
+    "renameat2",
+    "rename",
+    "fsync",
+    "fdatasync",
+    "fcntl",
+    "futex",
+    "fallocate",
+    "readlink",
+    "copy_file_range",
+];
+/// Per-CPU memory the dense rows may take (a row is 11 KiB per CPU).
+const DENSE_BUDGET_BYTES: usize = 16 << 20;
+
 /// Missing ones degrade a figure (queue latency, requeue handling) but not the run.
 const OPTIONAL: &[&str] = &["block_io_start", "block_rq_insert", "block_rq_requeue"];
 
@@ -111,6 +142,8 @@ pub struct Probes {
     stats: Option<OwnedFd>,
     /// With `floor`: the do-nothing programs' links.
     floor_links: Vec<OwnedFd>,
+    /// Syscall number of each dense latency row (SYSCALL_HISTS), by row.
+    pub dense_rows: Vec<u32>,
 }
 
 /// Refuses early, with one line each, what would otherwise fail deep inside the loader.
@@ -157,10 +190,27 @@ impl Probes {
                 None
             }
         };
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+        let row_bytes = std::mem::size_of::<fsprof_common::DenseHist>() * cpus.max(1);
+        let rows =
+            (DENSE_BUDGET_BYTES / row_bytes).clamp(1, fsprof_common::DENSE_SYSCALL_ROWS as usize);
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
+            .map_max_entries("SYSCALL_HISTS", rows as u32)
             .load(EBPF_OBJECT)
             .context("loading fsprof's eBPF object")?;
+        let dense_rows: Vec<u32> = DENSE_SYSCALLS
+            .iter()
+            .filter_map(|n| crate::syscall_table::number(n))
+            .take(rows)
+            .collect();
+        {
+            let mut map: aya::maps::Array<_, u32> =
+                aya::maps::Array::try_from(ebpf.map_mut("SYSCALL_ROW").context("SYSCALL_ROW")?)?;
+            for (row, nr) in dense_rows.iter().enumerate() {
+                map.set(*nr, row as u32 + 1, 0)?;
+            }
+        }
         if !opts.devices.is_empty() {
             let mut filter: HashMap<_, u32, u8> =
                 HashMap::try_from(ebpf.map_mut("DEVICE_FILTER").context("DEVICE_FILTER map")?)?;
@@ -191,6 +241,7 @@ impl Probes {
                 warnings,
                 stats,
                 floor_links,
+                dense_rows,
             });
         }
         for (names, required) in [(REQUIRED, true), (OPTIONAL, false)] {
@@ -231,6 +282,7 @@ impl Probes {
             warnings,
             stats,
             floor_links: Vec::new(),
+            dense_rows,
         })
     }
 
