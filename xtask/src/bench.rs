@@ -112,6 +112,29 @@ impl Drop for Lab {
     }
 }
 
+/// tracefs at /sys/kernel/tracing for bpftrace's tracepoints (these machines do not mount
+/// it; fsprof needs none), unmounted on drop if the bench mounted it.
+struct Tracefs(bool);
+
+impl Tracefs {
+    fn ensure() -> Result<Tracefs> {
+        let p = Path::new("/sys/kernel/tracing/events");
+        if p.exists() {
+            return Ok(Tracefs(false));
+        }
+        run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))?;
+        Ok(Tracefs(true))
+    }
+}
+
+impl Drop for Tracefs {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = Command::new("umount").arg("/sys/kernel/tracing").status();
+        }
+    }
+}
+
 /// tmpfs for the decompressed tarball and the bench's files, unmounted on drop.
 struct Tmpfs(PathBuf);
 
@@ -297,6 +320,7 @@ pub fn overhead(runs: usize, filesystems: &[String]) -> Result<()> {
         tarball.display(),
         tar.display()
     )))?;
+    let _tracefs = Tracefs::ensure()?;
     let bench = Bench {
         fsprof: fsprof.clone(),
         files: files.clone(),
