@@ -597,7 +597,10 @@ fn real_main() -> Result<ExitCode> {
                 report::flame::total_us(&b)
             );
             if !report::flame::render_diff(&b, &n, &title, &sub, &output)? {
-                bail!("both folded files are empty");
+                bail!(
+                    "{} has no time to draw: a differential graph takes its shapes from the new file",
+                    new.display()
+                );
             }
             eprintln!("fsprof: wrote {}", output.display());
             Ok(ExitCode::SUCCESS)

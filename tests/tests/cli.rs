@@ -10,8 +10,11 @@ fn json_output_has_schema_and_figures() {
         return;
     }
     let json = std::env::temp_dir().join(format!("fsprof-cli-{}.json", std::process::id()));
+    let flames = TempDir::new("cli-flames");
     let out = Command::new(fsprof_bin())
-        .args(["trace", "--fs", "xfs", "--size", "512M", "--json"])
+        .args(["trace", "--fs", "xfs", "--size", "512M", "--flames"])
+        .arg(&flames.0)
+        .arg("--json")
         .arg(&json)
         .args([
             "--",
@@ -52,7 +55,7 @@ fn exit_status_is_the_commands() {
         return;
     }
     let st = Command::new(fsprof_bin())
-        .args(["trace", "--", "sh", "-c", "exit 7"])
+        .args(["trace", "--no-stacks", "--", "sh", "-c", "exit 7"])
         .output()
         .unwrap();
     assert_eq!(st.status.code(), Some(7));

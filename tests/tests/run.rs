@@ -27,11 +27,10 @@ fn run_to(json: &Path, args: &[&str]) -> String {
         .arg(json)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Shown with a failing test's output: warnings (e.g. graphs not drawn) explain it.
+    eprintln!("{stderr}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

@@ -242,7 +242,7 @@ fn options<'a>(title: &str, subtitle: &str, palette: Option<&'a mut PaletteMap>)
 
 /// Renders `folded` as an SVG; returns false (and writes nothing) when it is empty.
 pub fn render(folded: &Folded, kind: Kind, title: &str, path: &Path) -> Result<bool> {
-    if folded.is_empty() {
+    if total_us(folded) == 0 {
         return Ok(false);
     }
     let mut map = palette(folded, kind);
@@ -267,7 +267,9 @@ pub fn diff_lines(before: &Folded, after: &Folded) -> Result<String> {
 }
 
 /// A differential graph: shapes and widths from `after`, red where `after` spent more time
-/// than `before`, blue where less, white where the same.
+/// than `before`, blue where less, white where the same. Nothing is drawn (false) when
+/// `after` has no time: there is no shape to colour (a short step may have no on-CPU sample
+/// on one filesystem and some on another).
 pub fn render_diff(
     before: &Folded,
     after: &Folded,
@@ -275,7 +277,7 @@ pub fn render_diff(
     subtitle: &str,
     path: &Path,
 ) -> Result<bool> {
-    if before.is_empty() && after.is_empty() {
+    if total_us(after) == 0 {
         return Ok(false);
     }
     let d = diff_lines(before, after)?;
@@ -329,6 +331,22 @@ pub fn kind_title(kind: Kind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_diff_against_nothing_draws_nothing() {
+        let dir = std::env::temp_dir().join(format!("fsprof-diff-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut some = Folded::new();
+        some.insert("rm;main".to_string(), 5000);
+        let none = Folded::new();
+        let svg = dir.join("d.svg");
+        assert!(!render_diff(&some, &none, "t", "s", &svg).unwrap());
+        assert!(render_diff(&none, &some, "t", "s", &svg).unwrap());
+        let mut zero = Folded::new();
+        zero.insert("rm;main".to_string(), 0);
+        assert!(!render(&zero, Kind::OnCpu, "t", &svg).unwrap());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn stacks() -> Stacks {
         let s = |class, ns, k: &[&str]| WeightedStack {
