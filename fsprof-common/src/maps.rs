@@ -232,6 +232,21 @@ pub struct TaskState {
     pub stack: u32,
 }
 
+/// The followed thread running on a CPU (a per-CPU array of one), set at every switch-in:
+/// the syscall programs, which run for every syscall of every thread, find it without a
+/// hash lookup. A syscall in flight lives here while its thread is on this CPU and moves to
+/// the thread's TaskState when it switches out (and back at its next switch-in, on any CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnCpuTask {
+    /// 0: no followed thread runs here.
+    pub tid: u32,
+    pub armed: u32,
+    pub sc_nr: u32,
+    pub _pad: u32,
+    pub sc_start: u64,
+}
+
 /// Block request in flight, keyed by `struct request *`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

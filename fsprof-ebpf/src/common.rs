@@ -7,7 +7,7 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
 };
 use fsprof_common::{
-    COUNTERS, Counter, HistKey, HistKind, LOST_KINDS, Lost, MAX_HIST_ENTRIES, MAX_TASKS,
+    COUNTERS, Counter, HistKey, HistKind, LOST_KINDS, Lost, MAX_HIST_ENTRIES, MAX_TASKS, OnCpuTask,
     ProbeConfig, TaskState, hist::bucket_of,
 };
 
@@ -36,6 +36,15 @@ static CONFIG: ProbeConfig = ProbeConfig {
 /// Threads being followed: the target and everything it forks.
 #[map]
 pub static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TASKS, 0);
+
+/// The followed thread on this CPU, if any (see `OnCpuTask`).
+#[map]
+static ON_CPU: PerCpuArray<OnCpuTask> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn on_cpu() -> Option<*mut OnCpuTask> {
+    ON_CPU.get_ptr_mut(0)
+}
 
 #[map]
 // Preallocated: with BPF_F_NO_PREALLOC an insert can fail transiently when the kernel's

@@ -13,7 +13,9 @@ use fsprof_common::{
 };
 
 use crate::{
-    common::{TASKS, config, count, current_tid, hist_add, lost, now, read_kernel, task_tid},
+    common::{
+        TASKS, config, count, current_tid, hist_add, lost, now, on_cpu, read_kernel, task_tid,
+    },
     stacks::{SLOT_SCHED, add_weight, capture},
 };
 
@@ -75,7 +77,17 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
     let ts = now();
     // The tracepoint runs before the switch: current is still `prev`.
     let prev_tid = current_tid();
+    let cpu = on_cpu();
     if let Some(t) = TASKS.get_ptr_mut(prev_tid) {
+        // Its syscall in flight (if any) moves from this CPU to the thread.
+        if let Some(c) = cpu
+            && unsafe { (*c).tid } == prev_tid
+        {
+            unsafe {
+                (*t).sc_nr = (*c).sc_nr;
+                (*t).sc_start = (*c).sc_start;
+            }
+        }
         let preempt = ctx.arg::<u64>(0) & 1 != 0;
         let prev = ctx.arg::<u64>(1);
         let state = ctx.arg::<u64>(3) as u32;
@@ -104,6 +116,13 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
             }
         }
     }
+    let Some(c) = cpu else {
+        return 0;
+    };
+    unsafe {
+        (*c).tid = 0;
+        (*c).sc_start = 0;
+    }
     let next = ctx.arg::<u64>(2);
     if let Some(next_tid) = task_tid(next)
         && let Some(t) = TASKS.get_ptr_mut(next_tid)
@@ -111,6 +130,12 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
         unsafe {
             close_off_phase(t, ts);
             (*t).on_since = ts;
+            // ... and back to the CPU it runs on now.
+            (*c).tid = next_tid;
+            (*c).armed = (*t).armed;
+            (*c).sc_nr = (*t).sc_nr;
+            (*c).sc_start = (*t).sc_start;
+            (*t).sc_start = 0;
         }
     }
     0

@@ -11,7 +11,7 @@ use fsprof_common::{
     hist::{BUCKETS, bucket_of},
 };
 
-use crate::common::{TASKS, current_tid, hist_add, lost, now};
+use crate::common::{TASKS, current_tid, hist_add, lost, now, on_cpu};
 
 #[map]
 static SYSCALLS: PerCpuArray<SyscallStats> = PerCpuArray::with_max_entries(MAX_SYSCALLS, 0);
@@ -43,11 +43,22 @@ fn add_latency(nr: u32, latency: u64) {
 // TP_PROTO(struct pt_regs *regs, long id)
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
-    if let Some(t) = TASKS.get_ptr_mut(current_tid()) {
-        unsafe {
-            (*t).sc_nr = ctx.arg::<u64>(1) as u32;
-            (*t).sc_start = now();
+    let tid = current_tid();
+    let Some(c) = on_cpu() else {
+        return 0;
+    };
+    unsafe {
+        if (*c).tid != tid || tid == 0 {
+            // Not followed, or followed since it last switched in (a -p target, a thread
+            // already running): the hash says which, once.
+            let Some(t) = TASKS.get_ptr(tid) else {
+                return 0;
+            };
+            (*c).tid = tid;
+            (*c).armed = (*t).armed;
         }
+        (*c).sc_nr = ctx.arg::<u64>(1) as u32;
+        (*c).sc_start = now();
     }
     0
 }
@@ -55,14 +66,20 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
 // TP_PROTO(struct pt_regs *regs, long ret)
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
-    let Some(t) = TASKS.get_ptr_mut(current_tid()) else {
+    let tid = current_tid();
+    let Some(c) = on_cpu() else {
         return 0;
     };
-    let (nr, start, armed) = unsafe { ((*t).sc_nr, (*t).sc_start, (*t).armed) };
+    let (nr, start, armed) = unsafe {
+        if (*c).tid != tid || tid == 0 {
+            return 0;
+        }
+        ((*c).sc_nr, (*c).sc_start, (*c).armed)
+    };
     if start == 0 {
         return 0;
     }
-    unsafe { (*t).sc_start = 0 };
+    unsafe { (*c).sc_start = 0 };
     // Entered before exec, finished after it: execve itself counts, nothing earlier does.
     if armed == 0 {
         return 0;
@@ -92,8 +109,14 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
 // child became the target command; from here on its syscalls count.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
-    if let Some(t) = TASKS.get_ptr_mut(current_tid()) {
+    let tid = current_tid();
+    if let Some(t) = TASKS.get_ptr_mut(tid) {
         unsafe { (*t).armed = 1 };
+        if let Some(c) = on_cpu()
+            && unsafe { (*c).tid } == tid
+        {
+            unsafe { (*c).armed = 1 };
+        }
     }
     0
 }
