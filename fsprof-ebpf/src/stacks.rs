@@ -17,7 +17,7 @@ use aya_ebpf::{
 };
 use fsprof_common::{
     Counter, MAX_STACK_WEIGHTS, MAX_STACKS, PF_KTHREAD, STACK_CLASS_BACKGROUND, StackKey,
-    TimeClass, UserBuildIds, Weight, WeightKey,
+    TimeClass, UserBuildIds, UserStackKey, Weight, WeightKey,
 };
 
 use crate::common::{TASKS, config, count, current_tid, entry, read_kernel};
@@ -26,9 +26,11 @@ use crate::common::{TASKS, config, count, current_tid, entry, read_kernel};
 #[map]
 static STACK_IDS: HashMap<StackKey, u32> = HashMap::with_max_entries(MAX_STACKS, 0);
 
-/// Id → the user frames as (build id, file offset), captured once when the id is new.
+/// A user stack → its frames as (build id, file offset), captured once per distinct user
+/// stack.
 #[map]
-static USER_BUILD_IDS: HashMap<u32, UserBuildIds> = HashMap::with_max_entries(MAX_STACKS, 0);
+static USER_BUILD_IDS: HashMap<UserStackKey, UserBuildIds> =
+    HashMap::with_max_entries(MAX_STACKS, 0);
 
 #[map]
 static STACK_WEIGHTS: PerCpuHashMap<WeightKey, Weight> =
@@ -53,6 +55,8 @@ pub const SLOT_SAMPLE: u32 = 1;
 static KEY_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(2, 0);
 #[map]
 static BUILD_ID_SCRATCH: PerCpuArray<UserBuildIds> = PerCpuArray::with_max_entries(2, 0);
+#[map]
+static USER_KEY_SCRATCH: PerCpuArray<UserStackKey> = PerCpuArray::with_max_entries(2, 0);
 
 const KSTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::KSTACK_DEPTH]>() as u32;
 const USTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::USTACK_DEPTH]>() as u32;
@@ -121,13 +125,20 @@ pub fn capture(ctx: *mut core::ffi::c_void, slot: u32, kthread: bool) -> u32 {
         };
     }
     if user_frames > 0
+        && let Some(ukey) = USER_KEY_SCRATCH.get_ptr_mut(slot)
         && let Some(ids) = BUILD_ID_SCRATCH.get_ptr_mut(slot)
     {
-        let flags = (BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) as u64;
-        if get_stack(ctx, ids.cast(), BUILD_ID_BYTES, flags) > 0
-            && USER_BUILD_IDS.insert(&id, unsafe { &*ids }, 0).is_err()
-        {
-            count(Counter::BuildIdTableFull);
+        let ukey = unsafe { &mut *ukey };
+        ukey.tgid = key.tgid;
+        ukey._pad = 0;
+        ukey.user = key.user;
+        if unsafe { USER_BUILD_IDS.get(&*ukey) }.is_none() {
+            let flags = (BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) as u64;
+            if get_stack(ctx, ids.cast(), BUILD_ID_BYTES, flags) > 0
+                && USER_BUILD_IDS.insert(&*ukey, unsafe { &*ids }, 0).is_err()
+            {
+                count(Counter::BuildIdTableFull);
+            }
         }
     }
     id

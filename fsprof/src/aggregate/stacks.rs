@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap};
 use fsprof_common::{
-    COUNTERS, Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserBuildIds, Weight, WeightKey,
+    COUNTERS, Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserBuildIds, UserStackKey,
+    Weight, WeightKey,
 };
 use serde::{Deserialize, Serialize};
 
@@ -244,12 +245,12 @@ pub fn collect(
         let (k, id) = item?;
         keys.insert(id, k);
     }
-    let bids: HashMap<_, u32, UserBuildIds> =
+    let bids: HashMap<_, UserStackKey, UserBuildIds> =
         HashMap::try_from(ebpf.map("USER_BUILD_IDS").context("USER_BUILD_IDS map")?)?;
-    let mut build_ids: StdHashMap<u32, UserBuildIds> = StdHashMap::new();
+    let mut build_ids: StdHashMap<UserStackKey, UserBuildIds> = StdHashMap::new();
     for item in bids.iter() {
-        let (id, b) = item?;
-        build_ids.insert(id, b);
+        let (k, b) = item?;
+        build_ids.insert(k, b);
     }
     let weights: PerCpuHashMap<_, WeightKey, Weight> =
         PerCpuHashMap::try_from(ebpf.map("STACK_WEIGHTS").context("STACK_WEIGHTS map")?)?;
@@ -313,7 +314,12 @@ pub fn collect(
                     s.kernel = kernel;
                     let uips = nonzero(&k.user);
                     if !uips.is_empty() {
-                        let b = build_ids.get(&id).map(|b| &b.frames[..uips.len()]);
+                        let ukey = UserStackKey {
+                            tgid: k.tgid,
+                            _pad: 0,
+                            user: k.user,
+                        };
+                        let b = build_ids.get(&ukey).map(|b| &b.frames[..uips.len()]);
                         let mut user = syms.user(k.tgid, &uips, b);
                         user.reverse();
                         s.user = user;
