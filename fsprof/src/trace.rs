@@ -148,14 +148,18 @@ pub fn fs_events_outside_lab(
 }
 
 /// Existing paths a command line names: each argument, and each word of an argument that
-/// holds several (a shell script), relative ones taken from `cwd`; the program is skipped.
+/// holds several (a shell script), that contains a `/` or starts with `.`, relative ones
+/// taken from `cwd`; the program is skipped.
 fn named_paths(command: &[String], cwd: &Path) -> Vec<PathBuf> {
     command
         .iter()
         .skip(1)
         .flat_map(|a| a.split_whitespace())
-        .filter(|w| !w.starts_with('-'))
-        .filter_map(|w| cwd.join(w.trim_matches(['"', '\''])).canonicalize().ok())
+        .map(|w| w.trim_matches(['"', '\'']))
+        // Only words shaped like paths: a bare word ("x", "f") that happens to name a file
+        // in the cwd is not the target's filesystem (the cwd fallback covers bare names).
+        .filter(|w| !w.starts_with('-') && (w.contains('/') || w.starts_with('.')))
+        .filter_map(|w| cwd.join(w).canonicalize().ok())
         .collect()
 }
 
