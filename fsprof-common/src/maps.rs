@@ -230,6 +230,9 @@ pub struct TaskState {
     /// Stack id (STACK_IDS) captured when the thread went off-CPU; 0: none. The off-CPU
     /// time of the episode is added to this stack when each phase closes.
     pub stack: u32,
+    /// `OnCpuTask::ustack` while the thread is off-CPU inside a syscall.
+    pub ustack: u32,
+    pub _pad: u32,
 }
 
 /// The followed thread running on a CPU (a per-CPU array of one), set at every switch-in:
@@ -243,7 +246,10 @@ pub struct OnCpuTask {
     pub tid: u32,
     pub armed: u32,
     pub sc_nr: u32,
-    pub _pad: u32,
+    /// User stack id captured during the syscall in flight (0: not yet). The user stack
+    /// cannot change while a thread is inside one syscall, so every off-CPU episode of that
+    /// syscall reuses it: rm on xfs switches out several times per unlinkat.
+    pub ustack: u32,
     pub sc_start: u64,
 }
 
@@ -307,7 +313,8 @@ pub enum Counter {
     SyscallsUnfinished = 2,
     /// Stack captures whose kernel part failed (time goes to an "unavailable" stack).
     KernelStackFailed = 3,
-    /// Stack captures whose user part failed (the kernel part is kept).
+    /// Stack captures whose user part failed or found USER_STACK_IDS full (the kernel part
+    /// is kept).
     UserStackFailed = 4,
     /// New stacks that found STACK_IDS full (time goes to the "unavailable" stack).
     StackTableFull = 5,
@@ -332,8 +339,8 @@ pub const STACK_CLASS_BACKGROUND: u32 = 6;
 /// task_struct.flags bit of kernel threads (include/linux/sched.h).
 pub const PF_KTHREAD: u32 = 0x0020_0000;
 
-/// A whole stack as captured: who, the kernel frames and the user frames (instruction
-/// pointers, leaf first, zero-filled). The key of STACK_IDS.
+/// A whole stack as captured: who, the kernel frames (instruction pointers, leaf first,
+/// zero-filled) and the id of the user part (USER_STACK_IDS). The key of STACK_IDS.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct StackKey {
@@ -341,8 +348,10 @@ pub struct StackKey {
     /// Non-zero for a kernel thread (no user frames).
     pub kthread: u32,
     pub comm: [u8; 16],
+    /// User stack id; 0: none.
+    pub user: u32,
+    pub _pad: u32,
     pub kernel: [u64; KSTACK_DEPTH],
-    pub user: [u64; USTACK_DEPTH],
 }
 
 /// One user frame as the kernel resolves it with BPF_F_USER_BUILD_ID: the ELF build id
@@ -359,24 +368,35 @@ pub struct BuildIdFrame {
 pub const BUILD_ID_VALID: i32 = 1;
 pub const BUILD_ID_IP: i32 = 2;
 
-/// The user part of a stack in build-id form, stored once per new stack id: symbols can be
-/// found after the process is gone, without its /proc/PID/maps.
+/// The user part of a stack in build-id form, stored once per new user stack id: symbols can
+/// be found after the process is gone, without its /proc/PID/maps.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct UserBuildIds {
     pub frames: [BuildIdFrame; USTACK_DEPTH],
 }
 
-/// A process's user stack (instruction pointers as in `StackKey`): the key its build-id
-/// form is stored under, once per distinct user stack, however many kernel stacks share it
-/// (capturing build ids costs ~16 µs: one capture per new whole stack was a third of the
-/// off-CPU stack cost of an xfs tree delete).
+/// A process's user stack (instruction pointers, leaf first, zero-filled): the key of
+/// USER_STACK_IDS. Whole stacks refer to it by id, so its frames are hashed once per capture
+/// (not again inside every whole stack) and its build-id form is captured once per distinct
+/// user stack, however many kernel stacks share it (~16 µs each: one per new whole stack was
+/// a third of the off-CPU stack cost of an xfs tree delete).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct UserStackKey {
     pub tgid: u32,
     pub _pad: u32,
     pub user: [u64; USTACK_DEPTH],
+}
+
+/// A process and the leaf address of a user stack: the first user stack through it gets its
+/// build-id form captured (key of USER_LEAVES).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UserLeafKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub ip: u64,
 }
 
 #[repr(C)]

@@ -74,6 +74,11 @@ pub fn current_tid() -> u32 {
 }
 
 #[inline(always)]
+pub fn current_tgid() -> u32 {
+    (bpf_get_current_pid_tgid() >> 32) as u32
+}
+
+#[inline(always)]
 fn bump(array: &PerCpuArray<u64>, index: u32) {
     if let Some(p) = array.get_ptr_mut(index) {
         unsafe { *p += 1 };

@@ -14,9 +14,10 @@ use fsprof_common::{
 
 use crate::{
     common::{
-        TASKS, config, count, current_tid, hist_add, lost, now, on_cpu, read_kernel, task_tid,
+        TASKS, config, count, current_tgid, current_tid, hist_add, lost, now, on_cpu, read_kernel,
+        task_tid,
     },
-    stacks::{SLOT_SCHED, add_weight, capture},
+    stacks::{SLOT_SCHED, add_weight, capture, capture_user},
 };
 
 #[map]
@@ -80,12 +81,16 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
     let cpu = on_cpu();
     if let Some(t) = TASKS.get_ptr_mut(prev_tid) {
         // Its syscall in flight (if any) moves from this CPU to the thread.
+        let mut cached_ustack = None;
         if let Some(c) = cpu
             && unsafe { (*c).tid } == prev_tid
         {
             unsafe {
                 (*t).sc_nr = (*c).sc_nr;
                 (*t).sc_start = (*c).sc_start;
+                if (*c).sc_start != 0 {
+                    cached_ustack = Some((*c).ustack);
+                }
             }
         }
         let preempt = ctx.arg::<u64>(0) & 1 != 0;
@@ -105,7 +110,13 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
             count(Counter::TasksExited);
         } else {
             let stack = if config().stacks != 0 {
-                capture(ctx.as_ptr(), SLOT_SCHED, false)
+                let user = match cached_ustack {
+                    Some(u) if u != 0 => u,
+                    _ => capture_user(ctx.as_ptr(), SLOT_SCHED, current_tgid()),
+                };
+                // Kept for the next episode of the same syscall only.
+                unsafe { (*t).ustack = if cached_ustack.is_some() { user } else { 0 } };
+                capture(ctx.as_ptr(), SLOT_SCHED, false, user)
             } else {
                 0
             };
@@ -135,6 +146,7 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
             (*c).armed = (*t).armed;
             (*c).sc_nr = (*t).sc_nr;
             (*c).sc_start = (*t).sc_start;
+            (*c).ustack = (*t).ustack;
             (*t).sc_start = 0;
         }
     }

@@ -7,30 +7,36 @@
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_USER_BUILD_ID, BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_get_smp_processor_id, generated,
-    },
+    helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_get_smp_processor_id, generated},
     macros::{map, perf_event},
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
     programs::PerfEventContext,
 };
 use fsprof_common::{
     Counter, MAX_STACK_WEIGHTS, MAX_STACKS, PF_KTHREAD, STACK_CLASS_BACKGROUND, StackKey,
-    TimeClass, UserBuildIds, UserStackKey, Weight, WeightKey,
+    TimeClass, UserBuildIds, UserLeafKey, UserStackKey, Weight, WeightKey,
 };
 
-use crate::common::{TASKS, config, count, current_tid, entry, read_kernel};
+use crate::common::{TASKS, config, count, current_tgid, current_tid, entry, read_kernel};
 
-/// Whole stack → id (1-based; 0 means "no stack").
+/// Whole stack (kernel frames + user stack id) → id (0 means "no stack").
 #[map]
 static STACK_IDS: HashMap<StackKey, u32> = HashMap::with_max_entries(MAX_STACKS, 0);
 
-/// A user stack → its frames as (build id, file offset), captured once per distinct user
-/// stack.
+/// User stack → id, in the same id space as STACK_IDS.
 #[map]
-static USER_BUILD_IDS: HashMap<UserStackKey, UserBuildIds> =
-    HashMap::with_max_entries(MAX_STACKS, 0);
+static USER_STACK_IDS: HashMap<UserStackKey, u32> = HashMap::with_max_entries(MAX_STACKS, 0);
+
+/// User stack id → its frames as (build id, file offset), captured for the first user stack
+/// through each (process, leaf address): a capture costs ~16 µs, and a program built
+/// without frame pointers makes a new "user stack" (garbage past the leaf) at nearly every
+/// syscall that blocks (3,300 captures, 56 ms, in an xfs tree delete). Userspace places the
+/// other stacks' frames by the mappings these captures reveal.
+#[map]
+static USER_BUILD_IDS: HashMap<u32, UserBuildIds> = HashMap::with_max_entries(MAX_STACKS, 0);
+
+#[map]
+static USER_LEAVES: HashMap<UserLeafKey, u8> = HashMap::with_max_entries(MAX_STACKS, 0);
 
 #[map]
 static STACK_WEIGHTS: PerCpuHashMap<WeightKey, Weight> =
@@ -73,75 +79,103 @@ fn is_kthread() -> bool {
     read_kernel::<u32>(task, config().task_flags).is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
-/// Id of the current context's stack, creating it when new; 0 when it cannot be had
-/// (counted). `ctx` is the program's context, which bpf_get_stack unwinds from.
 #[inline(always)]
-pub fn capture(ctx: *mut core::ffi::c_void, slot: u32, kthread: bool) -> u32 {
+fn next_id() -> Option<u32> {
+    let seq = STACK_SEQ.get_ptr_mut(0)?;
+    unsafe {
+        *seq += 1;
+        Some((bpf_get_smp_processor_id() << 20) | (*seq & 0xf_ffff))
+    }
+}
+
+/// The id `key` has in `ids`, making one when it is new (`made` says so); None when the
+/// table is full.
+#[inline(always)]
+fn id_of<K>(ids: &HashMap<K, u32>, key: &K) -> Option<(u32, bool)> {
+    if let Some(id) = unsafe { ids.get(key) } {
+        return Some((*id, false));
+    }
+    let id = next_id()?;
+    if ids.insert(key, &id, BPF_NOEXIST as u64).is_err() {
+        // Another CPU inserted the same stack first, or the table is full.
+        return unsafe { ids.get(key) }.map(|id| (*id, false));
+    }
+    Some((id, true))
+}
+
+/// Id of the current thread's user stack, creating it (and its build-id form) when new;
+/// 0 when there is none or it cannot be had (counted).
+#[inline(always)]
+pub fn capture_user(ctx: *mut core::ffi::c_void, slot: u32, tgid: u32) -> u32 {
+    let Some(ukey) = USER_KEY_SCRATCH.get_ptr_mut(slot) else {
+        return 0;
+    };
+    let ukey = unsafe { &mut *ukey };
+    ukey.tgid = tgid;
+    ukey._pad = 0;
+    // Zero-filled past the last frame, on success and on failure (see capture).
+    let bytes = get_stack(
+        ctx,
+        ukey.user.as_mut_ptr(),
+        USTACK_BYTES,
+        BPF_F_USER_STACK as u64,
+    );
+    if bytes <= 0 {
+        if bytes < 0 {
+            count(Counter::UserStackFailed);
+        }
+        return 0;
+    }
+    let Some((id, made)) = id_of(&USER_STACK_IDS, ukey) else {
+        count(Counter::UserStackFailed);
+        return 0;
+    };
+    let leaf = UserLeafKey {
+        tgid,
+        _pad: 0,
+        ip: ukey.user[0],
+    };
+    if made
+        && USER_LEAVES.insert(&leaf, &0, BPF_NOEXIST as u64).is_ok()
+        && let Some(ids) = BUILD_ID_SCRATCH.get_ptr_mut(slot)
+    {
+        let flags = (BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) as u64;
+        if get_stack(ctx, ids.cast(), BUILD_ID_BYTES, flags) > 0
+            && USER_BUILD_IDS.insert(&id, unsafe { &*ids }, 0).is_err()
+        {
+            count(Counter::BuildIdTableFull);
+        }
+    }
+    id
+}
+
+/// Id of the current context's stack with user stack `user` (0: none), creating it when
+/// new; 0 when it cannot be had (counted). `ctx` is the program's context, which
+/// bpf_get_stack unwinds from.
+#[inline(always)]
+pub fn capture(ctx: *mut core::ffi::c_void, slot: u32, kthread: bool, user: u32) -> u32 {
     let Some(key) = KEY_SCRATCH.get_ptr_mut(slot) else {
         return 0;
     };
     let key = unsafe { &mut *key };
-    key.tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    key.tgid = current_tgid();
     key.kthread = kthread as u32;
     key.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    key.user = user;
+    key._pad = 0;
     // bpf_get_stack zero-fills what it does not write, on success and on failure, so the
     // key's bytes are fully determined by the stack.
     if get_stack(ctx, key.kernel.as_mut_ptr(), KSTACK_BYTES, 0) < 0 {
         count(Counter::KernelStackFailed);
         return 0;
     }
-    let mut user_frames = 0;
-    if kthread {
-        key.user = [0; fsprof_common::USTACK_DEPTH];
-    } else {
-        user_frames = get_stack(
-            ctx,
-            key.user.as_mut_ptr(),
-            USTACK_BYTES,
-            BPF_F_USER_STACK as u64,
-        );
-        if user_frames < 0 {
-            count(Counter::UserStackFailed);
+    match id_of(&STACK_IDS, key) {
+        Some((id, _)) => id,
+        None => {
+            count(Counter::StackTableFull);
+            0
         }
     }
-    if let Some(id) = unsafe { STACK_IDS.get(&*key) } {
-        return *id;
-    }
-    let Some(seq) = STACK_SEQ.get_ptr_mut(0) else {
-        return 0;
-    };
-    let id = unsafe {
-        *seq += 1;
-        (bpf_get_smp_processor_id() << 20) | (*seq & 0xf_ffff)
-    };
-    if STACK_IDS.insert(&*key, &id, BPF_NOEXIST as u64).is_err() {
-        // Another CPU inserted the same stack first, or the table is full.
-        return match unsafe { STACK_IDS.get(&*key) } {
-            Some(id) => *id,
-            None => {
-                count(Counter::StackTableFull);
-                0
-            }
-        };
-    }
-    if user_frames > 0
-        && let Some(ukey) = USER_KEY_SCRATCH.get_ptr_mut(slot)
-        && let Some(ids) = BUILD_ID_SCRATCH.get_ptr_mut(slot)
-    {
-        let ukey = unsafe { &mut *ukey };
-        ukey.tgid = key.tgid;
-        ukey._pad = 0;
-        ukey.user = key.user;
-        if unsafe { USER_BUILD_IDS.get(&*ukey) }.is_none() {
-            let flags = (BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) as u64;
-            if get_stack(ctx, ids.cast(), BUILD_ID_BYTES, flags) > 0
-                && USER_BUILD_IDS.insert(&*ukey, unsafe { &*ids }, 0).is_err()
-            {
-                count(Counter::BuildIdTableFull);
-            }
-        }
-    }
-    id
 }
 
 /// Adds `ns` to (stack, class).
@@ -170,14 +204,17 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         (TimeClass::OnCpu as u32, false)
     } else if cfg.background != 0 && is_kthread() {
         (STACK_CLASS_BACKGROUND, true)
-    } else if cfg.background != 0
-        && unsafe { BACKGROUND_PIDS.get(&((bpf_get_current_pid_tgid() >> 32) as u32)) }.is_some()
-    {
+    } else if cfg.background != 0 && unsafe { BACKGROUND_PIDS.get(&current_tgid()) }.is_some() {
         (STACK_CLASS_BACKGROUND, false)
     } else {
         return 0;
     };
-    let id = capture(ctx.as_ptr(), SLOT_SAMPLE, kthread);
+    let user = if kthread {
+        0
+    } else {
+        capture_user(ctx.as_ptr(), SLOT_SAMPLE, current_tgid())
+    };
+    let id = capture(ctx.as_ptr(), SLOT_SAMPLE, kthread, user);
     add_weight(id, class, cfg.sample_period_ns);
     0
 }

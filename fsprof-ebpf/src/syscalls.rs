@@ -58,6 +58,7 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
             (*c).armed = (*t).armed;
         }
         (*c).sc_nr = ctx.arg::<u64>(1) as u32;
+        (*c).ustack = 0;
         (*c).sc_start = now();
     }
     0

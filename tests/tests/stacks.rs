@@ -135,6 +135,22 @@ fn xfs_delete_tree_waits_in_xfs_and_leaves_background_work() {
     let off = read_folded(Path::new(&r.flames["off-cpu.folded"]));
     let xfs = weight_where(&off, |k| k.split(';').any(|f| f.starts_with("xfs_")));
     assert!(xfs > 0, "no xfs_ frames off-CPU: {off:#?}");
+    // rm blocks in thousands of distinct user stacks (no frame pointers: garbage past the
+    // libc wrapper) but the kernel resolves build ids only for the first through each leaf;
+    // the others' wrapper frames must still be named, after rm is gone.
+    let user_leaf = |k: &str| {
+        let frames: Vec<&str> = k.split(';').collect();
+        let entry = frames.iter().position(|f| f.starts_with("entry_SYSCALL"))?;
+        (entry > 2).then(|| frames[entry - 1].to_string())
+    };
+    let in_syscalls = weight_where(&off, |k| k.starts_with("rm;") && user_leaf(k).is_some());
+    let unnamed = weight_where(&off, |k| {
+        k.starts_with("rm;") && user_leaf(k).is_some_and(|f| f.starts_with("[unknown]"))
+    });
+    assert!(
+        in_syscalls > 0 && (unnamed as f64) < 0.05 * in_syscalls as f64,
+        "{unnamed} of {in_syscalls} µs with an unnamed syscall wrapper: {off:#?}"
+    );
     // After rm returns, xfs inactivates the unlinked inodes in its inodegc workers; the
     // quiesce after syncfs waits for them, so their work lands in this trace.
     let bg = r.background.as_ref().unwrap();

@@ -6,6 +6,7 @@ pub mod histogram;
 pub mod probe_cost;
 pub mod stacks;
 pub mod symbols;
+pub mod user_maps;
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 

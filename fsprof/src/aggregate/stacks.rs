@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap};
 use fsprof_common::{
-    COUNTERS, Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserBuildIds, UserStackKey,
-    Weight, WeightKey,
+    BUILD_ID_VALID, BuildIdFrame, COUNTERS, Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass,
+    UserBuildIds, UserStackKey, Weight, WeightKey,
 };
 use serde::{Deserialize, Serialize};
 
-use super::{background, symbols};
+use super::{background, symbols, user_maps::UserMaps};
 use crate::probes::Probes;
 
 /// Label of a stack class, as the reports and graphs print it.
@@ -245,12 +245,23 @@ pub fn collect(
         let (k, id) = item?;
         keys.insert(id, k);
     }
-    let bids: HashMap<_, UserStackKey, UserBuildIds> =
+    let uids: HashMap<_, UserStackKey, u32> =
+        HashMap::try_from(ebpf.map("USER_STACK_IDS").context("USER_STACK_IDS map")?)?;
+    let mut user_stacks: StdHashMap<u32, UserStackKey> = StdHashMap::new();
+    for item in uids.iter() {
+        let (k, id) = item?;
+        user_stacks.insert(id, k);
+    }
+    let bids: HashMap<_, u32, UserBuildIds> =
         HashMap::try_from(ebpf.map("USER_BUILD_IDS").context("USER_BUILD_IDS map")?)?;
-    let mut build_ids: StdHashMap<UserStackKey, UserBuildIds> = StdHashMap::new();
+    let mut build_ids: StdHashMap<u32, UserBuildIds> = StdHashMap::new();
+    let mut user_maps = UserMaps::default();
     for item in bids.iter() {
-        let (k, b) = item?;
-        build_ids.insert(k, b);
+        let (id, b) = item?;
+        if let Some(u) = user_stacks.get(&id) {
+            user_maps.learn(u.tgid, &nonzero(&u.user), &b.frames);
+        }
+        build_ids.insert(id, b);
     }
     let weights: PerCpuHashMap<_, WeightKey, Weight> =
         PerCpuHashMap::try_from(ebpf.map("STACK_WEIGHTS").context("STACK_WEIGHTS map")?)?;
@@ -312,15 +323,28 @@ pub fn collect(
                         own_frames(syms.kernel(&nonzero(&k.kernel)), on_cpu, &programs);
                     kernel.reverse();
                     s.kernel = kernel;
-                    let uips = nonzero(&k.user);
+                    let uips = user_stacks
+                        .get(&k.user)
+                        .map(|u| nonzero(&u.user))
+                        .unwrap_or_default();
                     if !uips.is_empty() {
-                        let ukey = UserStackKey {
-                            tgid: k.tgid,
-                            _pad: 0,
-                            user: k.user,
-                        };
-                        let b = build_ids.get(&ukey).map(|b| &b.frames[..uips.len()]);
-                        let mut user = syms.user(k.tgid, &uips, b);
+                        let captured = build_ids.get(&k.user);
+                        let frames: Vec<BuildIdFrame> = (0..uips.len())
+                            .map(|i| {
+                                captured
+                                    .map(|b| b.frames[i])
+                                    .filter(|f| f.status == BUILD_ID_VALID)
+                                    .or_else(|| {
+                                        user_maps.place(k.tgid, uips[i], |id| syms.file_len(id))
+                                    })
+                                    .unwrap_or(BuildIdFrame {
+                                        status: 0,
+                                        build_id: [0; 20],
+                                        offset_or_ip: 0,
+                                    })
+                            })
+                            .collect();
+                        let mut user = syms.user(k.tgid, &uips, Some(&frames));
                         user.reverse();
                         s.user = user;
                     }

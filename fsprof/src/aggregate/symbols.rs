@@ -102,6 +102,7 @@ pub struct Symbols {
     kernel: HashMap<u64, String>,
     user: HashMap<(PathBuf, u64), String>,
     index: BuildIdIndex,
+    file_lens: HashMap<[u8; 20], Option<u64>>,
 }
 
 thread_local! {
@@ -128,12 +129,27 @@ impl Symbols {
             kernel: HashMap::new(),
             user: HashMap::new(),
             index,
+            file_lens: HashMap::new(),
         }
     }
 
     /// Makes `path`'s build id known (the target's executable, say).
     pub fn know_file(&mut self, path: &Path) {
         self.index.add(path);
+    }
+
+    /// Length of the file with this build id, if one is known.
+    pub fn file_len(&mut self, build_id: &[u8; 20]) -> Option<u64> {
+        if let Some(len) = self.file_lens.get(build_id) {
+            return *len;
+        }
+        let len = self
+            .index
+            .find(build_id)
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len());
+        self.file_lens.insert(*build_id, len);
+        len
     }
 
     /// Names of kernel addresses, in order; unknown ones as hex addresses.
