@@ -224,6 +224,18 @@ fn nonzero(frames: &[u64]) -> Vec<u64> {
     frames.iter().copied().take_while(|&a| a != 0).collect()
 }
 
+/// A map of key → id, turned around.
+fn by_id<K: aya::Pod>(ebpf: &aya::Ebpf, name: &str) -> Result<StdHashMap<u32, K>> {
+    let ids: HashMap<_, K, u32> =
+        HashMap::try_from(ebpf.map(name).with_context(|| format!("{name} map"))?)?;
+    let mut out = StdHashMap::new();
+    for item in ids.iter() {
+        let (k, id) = item?;
+        out.insert(id, k);
+    }
+    Ok(out)
+}
+
 /// Extra (stack, class, ns) the caller adds: intervals still open at collection.
 pub type OpenInterval = (u32, u32, u64);
 
@@ -238,20 +250,8 @@ pub fn collect(
         return Ok(None);
     };
     let ebpf = &probes.ebpf;
-    let ids: HashMap<_, StackKey, u32> =
-        HashMap::try_from(ebpf.map("STACK_IDS").context("STACK_IDS map")?)?;
-    let mut keys: StdHashMap<u32, StackKey> = StdHashMap::new();
-    for item in ids.iter() {
-        let (k, id) = item?;
-        keys.insert(id, k);
-    }
-    let uids: HashMap<_, UserStackKey, u32> =
-        HashMap::try_from(ebpf.map("USER_STACK_IDS").context("USER_STACK_IDS map")?)?;
-    let mut user_stacks: StdHashMap<u32, UserStackKey> = StdHashMap::new();
-    for item in uids.iter() {
-        let (k, id) = item?;
-        user_stacks.insert(id, k);
-    }
+    let keys: StdHashMap<u32, StackKey> = by_id(ebpf, "STACK_IDS")?;
+    let user_stacks: StdHashMap<u32, UserStackKey> = by_id(ebpf, "USER_STACK_IDS")?;
     let bids: HashMap<_, u32, UserBuildIds> =
         HashMap::try_from(ebpf.map("USER_BUILD_IDS").context("USER_BUILD_IDS map")?)?;
     let mut build_ids: StdHashMap<u32, UserBuildIds> = StdHashMap::new();
