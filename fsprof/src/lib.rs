@@ -2,9 +2,10 @@
 //!
 //! The pipeline, one module per stage: `lab` (fresh filesystems on loop devices) →
 //! `workload` (what runs on them) → `probes` (eBPF programs in the kernel) → `aggregate`
-//! (maps → profile) → `report` (tables, JSON, flame graphs); `analysis` (compare, explain)
-//! reasons over saved results. `trace` ties probes, a target and
-//! aggregation together; `run` drives suites of steps over filesystems and passes.
+//! (maps → profile, folded stacks) → `trace` (one traced command: lab, probes, target and
+//! aggregation together) → `results` (the saved model of a run) → `analysis` (compare,
+//! explain) → `report` (tables, HTML, flame graph pictures); `run` drives suites of steps
+//! over filesystems and passes and writes all of it. `os`, `signals` and `units` are leaves.
 
 pub mod aggregate;
 pub mod analysis;
@@ -12,10 +13,15 @@ pub mod lab;
 pub mod os;
 pub mod probes;
 pub mod report;
+pub mod results;
 pub mod run;
 pub mod signals;
 pub mod suite;
 pub mod syscall_table;
 pub mod target;
 pub mod trace;
+pub mod units;
 pub mod workload;
+
+#[cfg(test)]
+mod layering;

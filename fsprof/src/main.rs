@@ -3,10 +3,12 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use fsprof::{
+    aggregate,
     lab::{self, FsKind, LabFs, LabOptions},
     probes::{FsEventSet, ProbeOptions, StackOptions},
     report,
-    run::{self, RunOptions, results::RunResult},
+    results::{self, RunResult},
+    run::{self, RunOptions},
     signals,
     suite::Suite,
     trace::{self, TraceOptions, TraceResult},
@@ -515,7 +517,7 @@ fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
                 .unwrap_or_else(|| "fsprof-flames".into()),
             stem,
             title: what,
-            svg: true,
+            svg: Some(report::flame::render),
         }),
         ..Default::default()
     };
@@ -570,7 +572,7 @@ fn real_main() -> Result<ExitCode> {
                 "csv" => print!("{}", r.to_csv()),
                 "json" => println!("{}", serde_json::to_string_pretty(&r)?),
                 "markdown" => {
-                    let dir = run::results::dir_of(&results);
+                    let dir = results::dir_of(&results);
                     let md = report::html::markdown(&r, &results.with_extension("charts"), dir)?;
                     print!("{md}");
                 }
@@ -585,16 +587,16 @@ fn real_main() -> Result<ExitCode> {
             title,
         } => {
             let (b, n) = (
-                report::flame::read_folded(&base)?,
-                report::flame::read_folded(&new)?,
+                aggregate::folded::read_folded(&base)?,
+                aggregate::folded::read_folded(&new)?,
             );
             let title = title.unwrap_or_else(|| format!("{} vs {}", new.display(), base.display()));
             let sub = format!(
                 "widths: {} ({} µs); red: more time than in {} ({} µs), blue: less",
                 new.display(),
-                report::flame::total_us(&n),
+                aggregate::folded::total_us(&n),
                 base.display(),
-                report::flame::total_us(&b)
+                aggregate::folded::total_us(&b)
             );
             if !report::flame::render_diff(&b, &n, &title, &sub, &output)? {
                 bail!(

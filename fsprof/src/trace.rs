@@ -11,14 +11,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     aggregate::{
-        self, Profile,
+        self, Profile, folded,
         stacks::{self, BackgroundSummary, StackSummary, Stacks},
         symbols,
     },
     lab::{self, LabFs, quiesce},
     os,
     probes::{FsEventSet, FsTarget, ProbeOptions, Probes},
-    report::flame,
     signals, target,
 };
 
@@ -172,8 +171,8 @@ pub struct FlameOutput {
     pub dir: PathBuf,
     pub stem: String,
     pub title: String,
-    /// Also draw SVGs (a run draws them per cell, over all passes, instead).
-    pub svg: bool,
+    /// Also draw SVGs with this (a run draws them per cell, over all passes, instead).
+    pub svg: Option<folded::Renderer>,
 }
 
 /// One traced interval, as printed and as written with `--json`.
@@ -267,7 +266,7 @@ fn finish_stacks(result: &mut TraceResult, st: &Stacks, out: Option<&FlameOutput
     result.background = Some(st.background_summary());
     if let Some(o) = out {
         let title = format!("{} · kernel {}", o.title, result.kernel);
-        result.flames = flame::write_all(st, &o.dir, &o.stem, &title, o.svg)?
+        result.flames = folded::write_all(st, &o.dir, &o.stem, &title, o.svg)?
             .into_iter()
             .map(|(k, p)| (k, p.display().to_string()))
             .collect();

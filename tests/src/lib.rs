@@ -147,7 +147,7 @@ pub fn trace_with_stacks(
             dir: flames.to_path_buf(),
             stem: "t".into(),
             title: "test".into(),
-            svg: true,
+            svg: Some(fsprof::report::flame::render),
         }),
         ..Default::default()
     };
@@ -182,5 +182,5 @@ impl Drop for TempDir {
 
 /// A folded stack file: stack → weight.
 pub fn read_folded(path: &Path) -> BTreeMap<String, u64> {
-    fsprof::report::flame::read_folded(path).expect("reading folded stacks")
+    fsprof::aggregate::folded::read_folded(path).expect("reading folded stacks")
 }

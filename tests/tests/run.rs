@@ -8,7 +8,7 @@ use fsprof::{
         Capacity, FsKind,
         loopdev::{Image, LoopDevice},
     },
-    run::results::RunResult,
+    results::RunResult,
     suite::Suite,
     workload::{self, Step, tree},
 };

@@ -1,6 +1,7 @@
 //! Reads the kernel-side aggregates out of the maps into a `Profile`.
 
 pub mod background;
+pub mod folded;
 pub mod fs_events;
 pub mod histogram;
 pub mod probe_cost;

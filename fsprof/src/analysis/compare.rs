@@ -11,7 +11,7 @@ use super::{
     metrics::{Metric, Unit, cell_metrics, noise_floor},
     stats::{Welch, mean, welch},
 };
-use crate::run::results::{RunResult, StepRun};
+use crate::results::{RunResult, StepRun};
 
 #[derive(Clone, Copy, Debug)]
 pub struct CompareOptions {

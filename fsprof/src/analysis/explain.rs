@@ -3,17 +3,16 @@
 //! kernel paths (stacks collapsed to their filesystem frames), which block I/O. Every
 //! sentence is computed from the results and carries its figure.
 
-use crate::{aggregate::background::FS_PREFIXES, analysis::stats::median};
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Result, bail};
 
+use crate::{aggregate::background::FS_PREFIXES, analysis::stats::median};
+
 use crate::{
-    report::{
-        flame::{self, Folded},
-        units::{bytes, duration_ns, seconds},
-    },
-    run::results::{RunResult, StepRun, dir_of},
+    aggregate::folded::{self, Folded},
+    results::{RunResult, StepRun, dir_of},
+    units::{bytes, duration_ns, seconds},
 };
 
 /// Frames that say what a kernel path does for a filesystem: the background work's
@@ -141,7 +140,7 @@ impl<'a> Cell<'a> {
         }
         let folded = |kind: &str| -> Option<Folded> {
             let p = r.flames.cells.get(step)?.get(fs)?.get(kind)?;
-            flame::read_folded(&dir.join(p)).ok()
+            folded::read_folded(&dir.join(p)).ok()
         };
         Ok(Cell {
             fs,

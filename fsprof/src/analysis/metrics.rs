@@ -1,7 +1,7 @@
 //! The figures of a cell (filesystem × step) that compare and explain reason about, one
 //! value per pass.
 
-use crate::run::results::StepRun;
+use crate::results::StepRun;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {

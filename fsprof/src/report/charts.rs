@@ -3,10 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::{
-    escape as esc,
-    units::{duration_ns, seconds},
-};
+use super::escape as esc;
+use crate::units::{duration_ns, seconds};
 
 /// One bar: a label, segments (name, ns, color), and the min–max spread of the total.
 pub struct Bar {

@@ -8,13 +8,11 @@ use std::{
 
 use anyhow::Result;
 
-use super::{
-    escape as esc,
-    flame::{self, Folded, Kind},
-};
+use super::{escape as esc, flame};
 use crate::{
+    aggregate::folded::{self, Folded, Kind},
     analysis::compare::{Comparison, Verdict},
-    run::results::{RunResult, dir_of},
+    results::{RunResult, dir_of},
 };
 
 /// A cell's folded stacks of `kind`, summed over a side's files. Paths in a results file
@@ -30,9 +28,9 @@ fn side_folded(set: &[(PathBuf, RunResult)], fs: &str, step: &str, kind: Kind) -
             .get(step)
             .and_then(|c| c.get(fs))
             .and_then(|f| f.get(&key))
-            && let Ok(f) = flame::read_folded(&dir.join(p))
+            && let Ok(f) = folded::read_folded(&dir.join(p))
         {
-            flame::merge(&mut out, &f);
+            folded::merge(&mut out, &f);
         }
     }
     out
@@ -96,11 +94,11 @@ pub fn write(
                 side_folded(new, fs, step, kind),
             );
             let svg = dir.join(format!("{step}-{fs}.{}.diff.svg", kind.file_stem()));
-            let title = format!("{fs} {step}: new vs base · {}", flame::kind_title(kind));
+            let title = format!("{fs} {step}: new vs base · {}", folded::kind_title(kind));
             let sub = format!(
                 "widths: new ({} µs over its passes); red: more time than base ({} µs), blue: less",
-                flame::total_us(&n),
-                flame::total_us(&b)
+                folded::total_us(&n),
+                folded::total_us(&b)
             );
             if flame::render_diff(&b, &n, &title, &sub, &svg)? {
                 let rel = svg

@@ -2,11 +2,9 @@
 
 use std::fmt::Write as _;
 
-use super::{
-    table::table,
-    units::{bytes, duration_ns},
-};
+use super::table::table;
 use crate::analysis::compare::{CompareOptions, Comparison, Row, Verdict};
+use crate::units::{bytes, duration_ns};
 
 fn value(r: &Row, v: f64) -> String {
     match r.unit {

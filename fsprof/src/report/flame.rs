@@ -1,172 +1,14 @@
-//! Flame graphs: folded stack files (the FlameGraph tools' format, weights in µs) and SVGs
-//! drawn with inferno. Kinds: on-CPU, off-CPU (towers per off-CPU class), combined (on- and
-//! off-CPU time in one picture, off-CPU frames in blues), background (kernel threads'
-//! work for the filesystem), and differential graphs between two folded sets.
+//! Flame graph pictures drawn with inferno from folded stacks (`aggregate::folded`): on-CPU,
+//! off-CPU (towers per off-CPU class), combined (on- and off-CPU time in one picture,
+//! off-CPU frames in blues), background (kernel threads' work for the filesystem), and
+//! differential graphs between two folded sets.
 
-use std::{
-    collections::BTreeMap,
-    fs,
-    io::BufReader,
-    path::{Path, PathBuf},
-};
+use std::{fs, io::BufReader, path::Path};
 
-use anyhow::{Context, Result, bail};
-use fsprof_common::TimeClass;
+use anyhow::{Context, Result};
 use inferno::flamegraph::{self, Options, color::Color, color::PaletteMap};
 
-use crate::aggregate::stacks::{Stacks, WeightedStack, class_label};
-
-/// Folded stacks: "frame;frame;… " → weight in µs.
-pub type Folded = BTreeMap<String, u64>;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    OnCpu,
-    OffCpu,
-    Combined,
-    Background,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::OnCpu, Kind::OffCpu, Kind::Combined, Kind::Background];
-    pub fn file_stem(self) -> &'static str {
-        match self {
-            Kind::OnCpu => "on-cpu",
-            Kind::OffCpu => "off-cpu",
-            Kind::Combined => "combined",
-            Kind::Background => "background",
-        }
-    }
-    /// What the width of a frame means, for titles.
-    pub fn width_means(self) -> &'static str {
-        match self {
-            Kind::OnCpu => "width = on-CPU time of the target (sampled), µs",
-            Kind::OffCpu => "width = off-CPU time of the target's threads, µs",
-            Kind::Combined => {
-                "width = thread time of the target: on-CPU (warm) + off-CPU (blue), µs"
-            }
-            Kind::Background => {
-                "width = on-CPU time of kernel threads working for the filesystem (sampled), µs"
-            }
-        }
-    }
-}
-
-fn clean(f: &str) -> String {
-    f.replace(';', ":")
-}
-
-fn class_frame(class: u32) -> String {
-    format!("[{}]", class_label(class))
-}
-
-/// kworker/u8:2 → kworker; jbd2/loop0-8 → jbd2/loop0-8 (named per device, keep).
-fn thread_base(comm: &str) -> &str {
-    if comm.starts_with("kworker") {
-        "kworker"
-    } else {
-        comm
-    }
-}
-
-fn push_frames(out: &mut Vec<String>, s: &WeightedStack, suffix_user: &str, suffix_k: &str) {
-    out.extend(s.user.iter().map(|f| format!("{}{suffix_user}", clean(f))));
-    out.extend(s.kernel.iter().map(|f| format!("{}{suffix_k}", clean(f))));
-}
-
-fn add(folded: &mut Folded, frames: Vec<String>, ns: u64) {
-    let us = (ns + 500) / 1000;
-    if us > 0 {
-        *folded.entry(frames.join(";")).or_insert(0) += us;
-    }
-}
-
-/// The folded stacks of one kind from a trace's stacks.
-pub fn fold(stacks: &Stacks, kind: Kind) -> Folded {
-    let mut f = Folded::new();
-    let on = TimeClass::OnCpu as u32;
-    match kind {
-        Kind::OnCpu => {
-            for s in stacks.target.iter().filter(|s| s.class == on) {
-                let mut fr = vec![clean(&s.comm)];
-                push_frames(&mut fr, s, "", "_[k]");
-                add(&mut f, fr, s.ns);
-            }
-        }
-        Kind::OffCpu => {
-            for s in stacks.target.iter().filter(|s| s.class != on) {
-                let mut fr = vec![clean(&s.comm), class_frame(s.class)];
-                push_frames(&mut fr, s, "", "_[k]");
-                add(&mut f, fr, s.ns);
-            }
-        }
-        Kind::Combined => {
-            for s in &stacks.target {
-                let mut fr = vec![clean(&s.comm), class_frame(s.class)];
-                if s.class == on {
-                    push_frames(&mut fr, s, "", "_[k]");
-                } else {
-                    // `_[w]` marks off-CPU frames: drawn in blues, shown without the suffix.
-                    fr[1].push_str("_[w]");
-                    push_frames(&mut fr, s, "_[w]", "_[w]");
-                }
-                add(&mut f, fr, s.ns);
-            }
-        }
-        Kind::Background => {
-            for s in &stacks.background {
-                let mut fr = vec![
-                    format!("[{}]", s.group.as_deref().unwrap_or("kernel")),
-                    clean(thread_base(&s.comm)),
-                ];
-                push_frames(&mut fr, s, "", "_[k]");
-                add(&mut f, fr, s.ns);
-            }
-        }
-    }
-    f
-}
-
-pub fn total_us(f: &Folded) -> u64 {
-    f.values().sum()
-}
-
-pub fn write_folded(f: &Folded, path: &Path) -> Result<()> {
-    let mut text = String::new();
-    for (stack, n) in f {
-        text.push_str(stack);
-        text.push(' ');
-        text.push_str(&n.to_string());
-        text.push('\n');
-    }
-    fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Reads a folded file (as written by fsprof, perf script | stackcollapse, or bpftrace).
-pub fn read_folded(path: &Path) -> Result<Folded> {
-    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut f = Folded::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((stack, n)) = line.rsplit_once(' ') else {
-            bail!("{}:{}: not a folded stack line", path.display(), i + 1);
-        };
-        let n: u64 = n
-            .parse()
-            .with_context(|| format!("{}:{}: bad count {n:?}", path.display(), i + 1))?;
-        *f.entry(stack.to_string()).or_insert(0) += n;
-    }
-    Ok(f)
-}
-
-pub fn merge(into: &mut Folded, other: &Folded) {
-    for (k, v) in other {
-        *into.entry(k.clone()).or_insert(0) += v;
-    }
-}
+use crate::aggregate::folded::{Folded, Kind, total_us};
 
 fn hash(s: &str) -> u32 {
     // FNV-1a: stable across runs, so a function keeps its shade in every graph.
@@ -288,49 +130,13 @@ pub fn render_diff(
     Ok(true)
 }
 
-/// Writes the folded files and SVGs of every kind with data into `dir`, named
-/// `{stem}.{kind}.folded|svg`; `title` says what was traced. Returns kind → path written.
-pub fn write_all(
-    stacks: &Stacks,
-    dir: &Path,
-    stem: &str,
-    title: &str,
-    svg: bool,
-) -> Result<BTreeMap<String, PathBuf>> {
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut out = BTreeMap::new();
-    for kind in Kind::ALL {
-        let f = fold(stacks, kind);
-        if f.is_empty() {
-            continue;
-        }
-        let folded = dir.join(format!("{stem}.{}.folded", kind.file_stem()));
-        write_folded(&f, &folded)?;
-        out.insert(format!("{}.folded", kind.file_stem()), folded);
-        if !svg {
-            continue;
-        }
-        let svg = dir.join(format!("{stem}.{}.svg", kind.file_stem()));
-        let t = format!("{title} · {}", kind_title(kind));
-        if render(&f, kind, &t, &svg)? {
-            out.insert(format!("{}.svg", kind.file_stem()), svg);
-        }
-    }
-    Ok(out)
-}
-
-pub fn kind_title(kind: Kind) -> &'static str {
-    match kind {
-        Kind::OnCpu => "on-CPU",
-        Kind::OffCpu => "off-CPU",
-        Kind::Combined => "on- and off-CPU",
-        Kind::Background => "kernel background work",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregate::{
+        folded::{fold, read_folded, write_all},
+        stacks::{Stacks, WeightedStack},
+    };
 
     #[test]
     fn a_diff_against_nothing_draws_nothing() {
@@ -387,7 +193,7 @@ mod tests {
                 .any(|k| k.contains("[other D-wait]_[w];main_[w]"))
         );
         let dir = std::env::temp_dir().join(format!("fsprof-flame-test-{}", std::process::id()));
-        let files = write_all(&st, &dir, "t", "xfs · rm", true).unwrap();
+        let files = write_all(&st, &dir, "t", "xfs · rm", Some(render)).unwrap();
         let svg = fs::read_to_string(&files["combined.svg"]).unwrap();
         assert!(svg.contains("xfs · rm · on- and off-CPU"));
         let back = read_folded(&files["off-cpu.folded"]).unwrap();

@@ -10,12 +10,12 @@ use super::{
     charts::{self, Bar},
     escape as esc,
     run_table::median_cells,
-    units::{bytes, seconds},
 };
+use crate::units::{bytes, seconds};
 use crate::{
     aggregate::histogram::Summary,
     analysis::stats::median,
-    run::results::{FsRun, RunResult, StepRun, dir_of},
+    results::{FsRun, RunResult, StepRun, dir_of},
 };
 
 const SEGMENTS: [(&str, &str); 5] = [
@@ -192,7 +192,7 @@ fn facts(r: &RunResult) -> String {
     row("started", utc(r.started));
     o.push_str("</table><table class=\"grid\"><tr><th>fs</th><th>mkfs options</th><th>mount options</th><th>device</th><th>mkfs</th><th>mount</th><th>umount</th><th>available after mkfs</th><th>used after last delete</th></tr>");
     for f in &r.filesystems {
-        let m = |g: &dyn Fn(&crate::run::results::PassRun) -> Option<u64>| {
+        let m = |g: &dyn Fn(&crate::results::PassRun) -> Option<u64>| {
             seconds(median(f.passes.iter().filter_map(g).collect()))
         };
         let cap = f

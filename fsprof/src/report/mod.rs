@@ -7,7 +7,6 @@ pub mod flame;
 pub mod html;
 pub mod run_table;
 pub mod table;
-pub mod units;
 
 use std::{fs, path::Path};
 

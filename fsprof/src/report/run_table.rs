@@ -5,11 +5,9 @@
 use crate::analysis::stats::median;
 use std::fmt::Write as _;
 
-use super::{
-    table::table,
-    units::{bytes, duration_ns, seconds},
-};
-use crate::run::results::{RunResult, StepRun};
+use super::table::table;
+use crate::results::{RunResult, StepRun};
+use crate::units::{bytes, duration_ns, seconds};
 
 /// m:ss,cc as the studies printed it.
 pub fn clock(ns: u64) -> String {
@@ -189,7 +187,7 @@ pub fn render(r: &RunResult) -> String {
     let _ = writeln!(o, "\nfilesystems (median over passes)");
     let mut rows = Vec::new();
     for f in &r.filesystems {
-        let med = |get: &dyn Fn(&crate::run::results::PassRun) -> Option<u64>| {
+        let med = |get: &dyn Fn(&crate::results::PassRun) -> Option<u64>| {
             median(f.passes.iter().filter_map(get).collect())
         };
         let last_capacity = f

@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 
 use fsprof_common::TimeClass;
 
-use super::units::{bytes, duration_ns, percent, seconds};
 use crate::trace::TraceResult;
+use crate::units::{bytes, duration_ns, percent, seconds};
 
 /// Left-aligned first column, right-aligned rest, widths from the content.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {

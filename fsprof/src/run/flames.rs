@@ -6,29 +6,12 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::{
+    aggregate::folded::{self, Folded, Kind},
+    report::flame,
+    results::{FlameDiff, RunFlames, RunResult},
+};
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
-
-use super::results::RunResult;
-use crate::report::flame::{self, Folded, Kind};
-
-/// Graph files of a run, paths relative to the results file's directory.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct RunFlames {
-    /// step → fs → "off-cpu.svg" (etc.) → path.
-    pub cells: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
-    pub diffs: Vec<FlameDiff>,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct FlameDiff {
-    pub step: String,
-    /// The filesystem compared against (the run's first).
-    pub base: String,
-    pub fs: String,
-    pub kind: String,
-    pub path: String,
-}
 
 /// Kinds that get differential graphs.
 const DIFF_KINDS: [Kind; 3] = [Kind::OffCpu, Kind::OnCpu, Kind::Combined];
@@ -71,8 +54,8 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
                 for kind in Kind::ALL {
                     let key = format!("{}.folded", kind.file_stem());
                     if let Some(path) = s.trace.flames.get(&key) {
-                        let folded = flame::read_folded(Path::new(path))?;
-                        flame::merge(cells[fi].1.entry(kind.file_stem()).or_default(), &folded);
+                        let folded = folded::read_folded(Path::new(path))?;
+                        folded::merge(cells[fi].1.entry(kind.file_stem()).or_default(), &folded);
                     }
                 }
             }
@@ -107,13 +90,13 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
                     continue;
                 };
                 let folded = step_dir.join(format!("{fs}.{}.folded", kind.file_stem()));
-                flame::write_folded(f, &folded)?;
+                folded::write_folded(f, &folded)?;
                 entry.insert(
                     format!("{}.folded", kind.file_stem()),
                     rel(&folded, results_dir),
                 );
                 let svg = step_dir.join(format!("{fs}.{}.svg", kind.file_stem()));
-                let t = format!("{title} · {}", flame::kind_title(kind));
+                let t = format!("{title} · {}", folded::kind_title(kind));
                 if flame::render(f, kind, &t, &svg)? {
                     entry.insert(format!("{}.svg", kind.file_stem()), rel(&svg, results_dir));
                 }
@@ -130,13 +113,13 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
                 let svg = step_dir.join(format!("{fs}-vs-{base}.{}.diff.svg", kind.file_stem()));
                 let title = format!(
                     "{step}: {fs} vs {base} · {} · kernel {}",
-                    flame::kind_title(kind),
+                    folded::kind_title(kind),
                     result.kernel
                 );
                 let sub = format!(
                     "shapes and widths: {fs} ({} µs); red: more time on {fs} than on {base} ({} µs), blue: less",
-                    flame::total_us(after),
-                    flame::total_us(before)
+                    folded::total_us(after),
+                    folded::total_us(before)
                 );
                 if flame::render_diff(before, after, &title, &sub, &svg)? {
                     out.diffs.push(FlameDiff {

@@ -1,7 +1,6 @@
 //! `fsprof run`: fresh filesystems × passes × the steps of a suite, every step traced.
 
 pub mod flames;
-pub mod results;
 
 use std::{
     path::PathBuf,
@@ -10,6 +9,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
+use crate::results::{self, FsRun, PassRun, RUN_SCHEMA_VERSION, RunResult, StepRun};
 use crate::{
     lab::{self, FsKind, LabFs, LabOptions, device},
     probes::StackOptions,
@@ -21,7 +21,6 @@ use crate::{
         pgbench::{PgServer, PgbenchSpec},
     },
 };
-use results::{FsRun, PassRun, RUN_SCHEMA_VERSION, RunResult, StepRun};
 
 /// A step of a run: built in, a user's command template, or pgbench on a real server.
 #[derive(Clone, Debug)]
@@ -324,7 +323,7 @@ fn run_matrix(
                         dir: opts.flames_dir.join(&name),
                         stem: format!("{kind}-pass{pass}"),
                         title: format!("{kind} · {name} · pass {pass}"),
-                        svg: false,
+                        svg: None,
                     }),
                     ..Default::default()
                 };

@@ -1,6 +1,6 @@
 //! The result of `fsprof run`: filesystem × pass × step, each cell a full trace.
 
-use std::{fs, path::Path};
+use std::{collections::BTreeMap, fs, path::Path};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -30,7 +30,7 @@ pub struct RunResult {
     pub filesystems: Vec<FsRun>,
     /// Flame graphs per cell and differential graphs; paths relative to this file.
     #[serde(default)]
-    pub flames: super::flames::RunFlames,
+    pub flames: RunFlames,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -73,7 +73,7 @@ pub struct StepRun {
     /// Capacity after the step (recorded after steps that delete).
     pub capacity_after: Option<Capacity>,
     /// Figures the step's own tool reports, e.g. pgbench's `tps`.
-    pub metrics: std::collections::BTreeMap<String, f64>,
+    pub metrics: BTreeMap<String, f64>,
     pub trace: TraceResult,
 }
 
@@ -182,4 +182,22 @@ impl RunResult {
         }
         out
     }
+}
+
+/// Graph files of a run, paths relative to the results file's directory.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunFlames {
+    /// step → fs → "off-cpu.svg" (etc.) → path.
+    pub cells: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
+    pub diffs: Vec<FlameDiff>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FlameDiff {
+    pub step: String,
+    /// The filesystem compared against (the run's first).
+    pub base: String,
+    pub fs: String,
+    pub kind: String,
+    pub path: String,
 }
