@@ -300,7 +300,20 @@ fn ctx_json(mnt: &Path, src: &Path) -> String {
     )
 }
 
-pub fn overhead(runs: usize, filesystems: &[String]) -> Result<()> {
+pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result<()> {
+    // Untraced is the baseline every ratio needs.
+    let mut sel = vec![0];
+    for (i, m) in MODES.iter().enumerate().skip(1) {
+        if modes.is_empty() || modes.iter().any(|x| x == m.label()) {
+            sel.push(i);
+        }
+    }
+    for x in modes {
+        if !MODES.iter().any(|m| m.label() == x) {
+            let all: Vec<_> = MODES.iter().map(|m| m.label()).collect();
+            bail!("unknown bench mode {x:?} (modes: {})", all.join(", "));
+        }
+    }
     setup::ensure()?;
     setup::apt_install(&["linux-source-6.1", "bpftrace"])?;
     run(
@@ -331,8 +344,8 @@ pub fn overhead(runs: usize, filesystems: &[String]) -> Result<()> {
     let mut samples: BTreeMap<(String, String, usize), Vec<Sample>> = BTreeMap::new();
     for round in 0..runs {
         for fs in filesystems {
-            for k in 0..MODES.len() {
-                let m = (k + round) % MODES.len();
+            for k in 0..sel.len() {
+                let m = sel[(k + round) % sel.len()];
                 let mode = MODES[m];
                 let lab = Lab::new(fs)?;
                 let mnt = lab.mnt.clone();
@@ -392,8 +405,8 @@ pub fn overhead(runs: usize, filesystems: &[String]) -> Result<()> {
          tree; db = fsprof's db step, 8,000 fdatasync'd transactions"
     );
     let mut header = format!("{:<6} {:<5} {:<5}", "work", "fs", "");
-    for m in MODES {
-        header.push_str(&format!(" {:>14}", m.label()));
+    for &m in &sel {
+        header.push_str(&format!(" {:>14}", MODES[m].label()));
     }
     println!("{header}");
     for w in WORKLOADS {
@@ -412,7 +425,7 @@ pub fn overhead(runs: usize, filesystems: &[String]) -> Result<()> {
             ] {
                 let base = get(0, f);
                 let mut line = format!("{w:<6} {fs:<5} {what:<5}");
-                for m in 0..MODES.len() {
+                for &m in &sel {
                     let v = get(m, f);
                     if m == 0 {
                         line.push_str(&format!(" {:>13.2}s", v));

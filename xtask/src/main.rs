@@ -34,6 +34,9 @@ enum Cmd {
         runs: usize,
         #[arg(long, value_delimiter = ',', default_value = "ext4,xfs")]
         fs: Vec<String>,
+        /// Modes to measure besides untraced (default: all), e.g. floor,default.
+        #[arg(long, value_delimiter = ',')]
+        modes: Vec<String>,
     },
     /// Setup, then formatting, lints and every test (integration tests need root).
     Test {
@@ -95,7 +98,7 @@ fn main() -> Result<()> {
             cmd.args(["run", "--fs", "ext4,xfs,btrfs"]).args(args);
             run(&mut cmd)
         }
-        Cmd::Bench { runs, fs } => bench::overhead(runs, &fs),
+        Cmd::Bench { runs, fs, modes } => bench::overhead(runs, &fs, &modes),
         Cmd::Test { args } => test(&args),
     }
 }
