@@ -337,8 +337,11 @@ impl Probes {
     /// `armed: false` holds off syscall counting until the thread execs (for a child fsprof
     /// forked itself); running processes are armed at once.
     pub fn follow(&mut self, tid: u32, armed: bool) -> Result<()> {
-        // Held before exec, so asleep: the first switch event starts its accounting.
+        // A held child may still be running toward its wait, and if released before it
+        // blocks it never switches out: assume on-CPU from now. If it is asleep instead,
+        // its next switch-in restarts the interval, so the guess costs nothing.
         let state = TaskState {
+            on_since: monotonic_ns(),
             armed: armed.into(),
             ..TaskState::default()
         };
