@@ -130,14 +130,10 @@ impl RunResult {
         seen
     }
 
-    /// CSV, one row per filesystem × pass × step.
+    /// CSV, one row per filesystem × pass × step (fields quoted where they need it).
     pub fn to_csv(&self) -> String {
-        let mut out = String::from(
-            "fs,pass,step,wall_s,user_s,sys_s,cpu_percent,on_cpu_s,io_wait_s,uninterruptible_s,\
-             sleep_s,run_queue_s,syncfs_s,quiesce_s,kernel_background_s,block_read_bytes,block_write_bytes,\
-             syscalls,lost_events,probe_s,probe_runs\n",
-        );
-        let s = |ns: u64| format!("{:.6}", ns as f64 / 1e9);
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let s = |ns: u64| ns as f64 / 1e9;
         for f in &self.filesystems {
             for p in &f.passes {
                 for st in &p.steps {
@@ -151,37 +147,61 @@ impl RunResult {
                             .map(|b| b.bytes)
                             .sum()
                     };
-                    let calls: u64 = t.profile.syscalls.iter().map(|c| c.count).sum();
-                    let lost: u64 = t.profile.lost.values().sum();
-                    out.push_str(&format!(
-                        "{},{},{},{},{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                        f.fs,
-                        p.pass,
-                        st.step,
-                        s(t.wall_ns),
-                        s(t.user_ns),
-                        s(t.sys_ns),
-                        t.cpu_percent(),
-                        s(time.on_cpu.ns),
-                        s(time.io_wait.ns),
-                        s(time.uninterruptible.ns),
-                        s(time.sleep.ns),
-                        s(time.run_queue.ns),
-                        s(st.syncfs_ns),
-                        s(t.quiesce_ns.unwrap_or(0)),
-                        s(t.background.as_ref().map(|b| b.ns).unwrap_or(0)),
-                        block("read"),
-                        block("write"),
-                        calls,
-                        lost,
-                        s(t.profile.probe_cost.as_ref().map(|c| c.run_ns).unwrap_or(0)),
-                        t.profile.probe_cost.as_ref().map(|c| c.runs).unwrap_or(0)
-                    ));
+                    let row = CsvRow {
+                        fs: &f.fs,
+                        pass: p.pass,
+                        step: &st.step,
+                        wall_s: s(t.wall_ns),
+                        user_s: s(t.user_ns),
+                        sys_s: s(t.sys_ns),
+                        cpu_percent: (t.cpu_percent() * 10.0).round() / 10.0,
+                        on_cpu_s: s(time.on_cpu.ns),
+                        io_wait_s: s(time.io_wait.ns),
+                        uninterruptible_s: s(time.uninterruptible.ns),
+                        sleep_s: s(time.sleep.ns),
+                        run_queue_s: s(time.run_queue.ns),
+                        syncfs_s: s(st.syncfs_ns),
+                        quiesce_s: s(t.quiesce_ns.unwrap_or(0)),
+                        kernel_background_s: s(t.background.as_ref().map(|b| b.ns).unwrap_or(0)),
+                        block_read_bytes: block("read"),
+                        block_write_bytes: block("write"),
+                        syscalls: t.profile.syscalls.iter().map(|c| c.count).sum(),
+                        lost_events: t.profile.lost.values().sum(),
+                        probe_s: s(t.profile.probe_cost.as_ref().map(|c| c.run_ns).unwrap_or(0)),
+                        probe_runs: t.profile.probe_cost.as_ref().map(|c| c.runs).unwrap_or(0),
+                    };
+                    w.serialize(row).expect("CSV into memory");
                 }
             }
         }
-        out
+        String::from_utf8(w.into_inner().expect("CSV into memory")).expect("CSV of UTF-8 fields")
     }
+}
+
+/// One CSV row; the field names are the header.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    fs: &'a str,
+    pass: u32,
+    step: &'a str,
+    wall_s: f64,
+    user_s: f64,
+    sys_s: f64,
+    cpu_percent: f64,
+    on_cpu_s: f64,
+    io_wait_s: f64,
+    uninterruptible_s: f64,
+    sleep_s: f64,
+    run_queue_s: f64,
+    syncfs_s: f64,
+    quiesce_s: f64,
+    kernel_background_s: f64,
+    block_read_bytes: u64,
+    block_write_bytes: u64,
+    syscalls: u64,
+    lost_events: u64,
+    probe_s: f64,
+    probe_runs: u64,
 }
 
 /// Graph files of a run, paths relative to the results file's directory.
@@ -200,4 +220,46 @@ pub struct FlameDiff {
     pub fs: String,
     pub kind: String,
     pub path: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_names_and_keeps_one_row_per_cell() {
+        let cell = |step: &str, wall_ns| StepRun {
+            step: step.into(),
+            trace: TraceResult {
+                wall_ns,
+                ..TraceResult::default()
+            },
+            ..StepRun::default()
+        };
+        let r = RunResult {
+            filesystems: vec![FsRun {
+                fs: "ext4".into(),
+                passes: vec![PassRun {
+                    pass: 1,
+                    steps: vec![cell("odd,\"name\"", 1_500_000_000), cell("rm", 2)],
+                    ..PassRun::default()
+                }],
+                ..FsRun::default()
+            }],
+            ..RunResult::default()
+        };
+        let text = r.to_csv();
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        let head = rd.headers().unwrap().clone();
+        assert_eq!(
+            head.iter().take(3).collect::<Vec<_>>(),
+            ["fs", "pass", "step"]
+        );
+        let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(rows.iter().all(|r| r.len() == head.len()));
+        assert_eq!(&rows[0][2], "odd,\"name\"");
+        let wall = head.iter().position(|h| h == "wall_s").unwrap();
+        assert_eq!(rows[0][wall].parse::<f64>().unwrap(), 1.5);
+    }
 }

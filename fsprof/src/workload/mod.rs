@@ -98,7 +98,9 @@ pub enum Step {
     IozoneRewrite,
     IozoneRead,
     IozoneReread,
+    #[serde(rename = "iozone-randread")]
     IozoneRandRead,
+    #[serde(rename = "iozone-randwrite")]
     IozoneRandWrite,
     IozoneLarge,
 }
@@ -387,4 +389,19 @@ pub fn run_cli(step: &str, ctx_json: &str) -> Result<()> {
         unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
     }
     run(step, &ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_names_are_one_spelling_everywhere() {
+        for st in Step::ALL {
+            let json = serde_json::to_string(&st).unwrap();
+            assert_eq!(json, format!("\"{}\"", st.name()), "{st:?}");
+            assert_eq!(serde_json::from_str::<Step>(&json).unwrap(), st);
+            assert_eq!(Step::parse(st.name()).unwrap(), st);
+        }
+    }
 }
