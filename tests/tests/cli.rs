@@ -93,9 +93,11 @@ fn sigterm_mid_run_leaves_nothing_behind() {
     }
     // The command leaves a grandchild behind in the lab filesystem: fsprof must kill it,
     // unmount and detach anyway.
+    let flames = TempDir::new("sigterm-flames");
     let child = Command::new(fsprof_bin())
-        .args(["trace", "--fs", "ext4", "--size", "256M", "--"])
-        .args(["sh", "-c", "sleep 60 & sleep 60"])
+        .args(["trace", "--fs", "ext4", "--size", "256M", "--flames"])
+        .arg(&flames.0)
+        .args(["--", "sh", "-c", "sleep 60 & sleep 60"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -151,9 +153,7 @@ fn cleanup_removes_what_a_killed_run_left() {
             .contains(&tag)
     );
     // The orphaned `sleep` still has its cwd there; a killed run's leftovers include it.
-    let _ = Command::new("pkill")
-        .args(["-KILL", "-f", "^sleep 30$"])
-        .status();
+    kill_processes_with_cwd_containing(&tag);
 
     let out = Command::new(fsprof_bin()).arg("cleanup").output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
@@ -173,4 +173,23 @@ fn cleanup_removes_what_a_killed_run_left() {
     // A second cleanup finds nothing of this run.
     let again = Command::new(fsprof_bin()).arg("cleanup").output().unwrap();
     assert!(!String::from_utf8_lossy(&again.stdout).contains(&tag));
+}
+
+/// SIGKILLs the processes whose working directory path contains `needle`: exactly the
+/// leftovers of one run, never a same-named process of someone else.
+fn kill_processes_with_cwd_containing(needle: &str) {
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cwd = entry.path().join("cwd");
+        if std::fs::read_link(&cwd).is_ok_and(|c| c.to_string_lossy().contains(needle)) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // Dead once its cwd is released; until then the mount stays busy.
+            let start = std::time::Instant::now();
+            while std::fs::read_link(&cwd).is_ok() && start.elapsed().as_secs() < 5 {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
 }

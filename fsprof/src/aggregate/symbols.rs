@@ -270,14 +270,51 @@ mod tests {
         });
     }
 
+    #[inline(never)]
+    fn a_function_to_find() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// File offset of `addr` in this process, from the mapping that holds it.
+    fn file_offset(addr: u64) -> u64 {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for l in maps.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (lo, hi) = f[0].split_once('-').unwrap();
+            let (lo, hi) = (
+                u64::from_str_radix(lo, 16).unwrap(),
+                u64::from_str_radix(hi, 16).unwrap(),
+            );
+            if (lo..hi).contains(&addr) {
+                return addr - lo + u64::from_str_radix(f[2], 16).unwrap();
+            }
+        }
+        panic!("0x{addr:x} in no mapping");
+    }
+
     #[test]
-    fn own_functions_resolve_by_build_id() {
+    fn own_functions_resolve_by_build_id_and_by_process() {
+        assert_eq!(a_function_to_find(), 7);
+        let addr = a_function_to_find as *const () as u64;
         let me = std::env::current_exe().unwrap();
-        let id = blazesym::helper::read_elf_build_id(&me).unwrap();
-        assert!(id.is_some(), "test binary has no build id");
+        let id: [u8; 20] = blazesym::helper::read_elf_build_id(&me)
+            .unwrap()
+            .expect("test binary has no build id")
+            .as_ref()
+            .try_into()
+            .unwrap();
+        let frame = BuildIdFrame {
+            status: BUILD_ID_VALID,
+            build_id: id,
+            offset_or_ip: file_offset(addr + 1),
+        };
+        let want = "a_function_to_find";
         with(|s| {
-            s.know_file(&me);
-            assert!(s.index.find(&id.unwrap()).is_some());
+            // The leaf frame is looked up as is; an address inside the function resolves too.
+            let by_id = s.user(0, &[addr + 1], Some(&[frame]));
+            assert!(by_id[0].ends_with(want), "{by_id:?}");
+            let by_pid = s.user(std::process::id(), &[addr + 1], None);
+            assert!(by_pid[0].ends_with(want), "{by_pid:?}");
         });
     }
 }
