@@ -45,6 +45,9 @@ enum Cmd {
         /// .flames directory).
         #[arg(long)]
         html: Option<PathBuf>,
+        /// The table with every pass and time class, not just the summary.
+        #[arg(long, short)]
+        verbose: bool,
     },
     /// Compare results (several files per side, comma-separated): per filesystem × step ×
     /// figure the change, its 95 % confidence interval and Welch's t-test over the passes.
@@ -165,6 +168,9 @@ struct RunArgs {
     /// e.g. xfs inode inactivation, may land in a later step or nowhere).
     #[arg(long)]
     no_quiesce: bool,
+    /// Report every pass of every step with all time classes, not just the summary.
+    #[arg(long, short)]
+    verbose: bool,
 }
 
 #[derive(Args)]
@@ -288,7 +294,7 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     if let Ok(result) = RunResult::load(&a.json)
         && result.started >= started
     {
-        print!("{}", report::run_table::render(&result));
+        print!("{}", report::run_table::render(&result, a.verbose));
         let csv = a.json.with_extension("csv");
         std::fs::write(&csv, result.to_csv())?;
         write_html(&result, &a.json, &a.json.with_extension("html"))?;
@@ -561,6 +567,7 @@ fn real_main() -> Result<ExitCode> {
             results,
             format,
             html,
+            verbose,
         } => {
             let r = RunResult::load(&results)?;
             if let Some(path) = html {
@@ -568,7 +575,7 @@ fn real_main() -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             match format.as_str() {
-                "table" => print!("{}", report::run_table::render(&r)),
+                "table" => print!("{}", report::run_table::render(&r, verbose)),
                 "csv" => print!("{}", r.to_csv()),
                 "json" => println!("{}", serde_json::to_string_pretty(&r)?),
                 "markdown" => {

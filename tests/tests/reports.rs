@@ -52,7 +52,8 @@ fn html_report_renders_in_chromium() {
         2,
         &[
             "write=dd if=/dev/zero of={mnt}/f bs=64k count=400 oflag=direct status=none",
-            "delete=rm -f {mnt}/f",
+            // A quote in a name must not break the page's script or its links.
+            "it's-delete=rm -f {mnt}/f",
         ],
         &[],
     );
@@ -118,14 +119,40 @@ fn html_report_renders_in_chromium() {
     let in_page = text.matches("<svg class=\"chart\"").count();
     assert!(in_page >= 4, "{in_page} charts in the page");
     assert_eq!(charts, in_page, "charts rendered with a size");
-    // Every flame graph button points at a file that exists.
-    for part in text.split("onclick=\"show(").skip(1) {
-        let path = part.split('\'').nth(1).unwrap();
+    // Every flame graph button points at a file that exists, and no name reaches script.
+    let buttons: Vec<&str> = text.split("<button ").skip(1).collect();
+    assert!(buttons.len() >= 8, "{} flame graph buttons", buttons.len());
+    assert!(buttons.iter().any(|b| b.contains("it's-delete")));
+    for b in buttons {
+        let path = b
+            .split("data-src=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let path = path.replace("&amp;", "&");
         assert!(
-            dir.0.join(path).exists() || Path::new(path).exists(),
+            dir.0.join(&path).exists() || Path::new(&path).exists(),
             "{path}"
         );
+        let script = b
+            .split("onclick=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert!(
+            script.starts_with("show(") && !script.contains('\''),
+            "{script}"
+        );
     }
+    // The summary on top links to each step's section.
+    assert!(
+        text.contains("<h2>Summary</h2>") && text.contains("<a href=\"#step1\">it's-delete</a>")
+    );
+    assert!(text.contains("<h2 id=\"step1\">it's-delete</h2>"));
     let md = fsprof(&["report", s(&json), "--format", "markdown"]);
     let md_text = String::from_utf8_lossy(&md.stdout);
     assert!(md.status.success() && md_text.contains("## write") && md_text.contains(".svg)"));

@@ -116,11 +116,22 @@ fn quick_suite_fills_every_cell() {
             );
         }
     }
-    // The terminal table has a row per filesystem and pass for each step.
-    assert!(
-        stdout.contains("extract-tree") && stdout.contains("median"),
-        "{stdout}"
-    );
+    // The terminal summary: a row per step and filesystem, the fastest at 1.00×.
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() >= 6 && w.iter().any(|c| c.ends_with('×')))
+        .collect();
+    assert_eq!(rows.len(), quick_steps_len() * 3, "{stdout}");
+    for step in quick.steps.iter() {
+        assert!(
+            rows.iter().any(|r| r[0] == step.name()),
+            "{} missing: {stdout}",
+            step.name()
+        );
+    }
+    assert!(rows.iter().filter(|r| r.contains(&"1.00×")).count() >= quick_steps_len());
+    assert!(stdout.contains("--verbose"), "{stdout}");
 }
 
 fn ctx_on(mnt: &Path, src: &Path) -> workload::Ctx {

@@ -8,8 +8,8 @@ use std::{fmt::Write as _, path::Path};
 
 use super::{
     charts::{self, Bar},
-    escape as esc,
-    run_table::median_cells,
+    escape as esc, run_summary,
+    run_table::{clock, median_cells},
 };
 use crate::units::{bytes, seconds};
 use crate::{
@@ -251,6 +251,45 @@ fn table(r: &RunResult, step: &str) -> String {
     o
 }
 
+/// The summary on top: per step and filesystem the median time, CPU, where the time went
+/// and the ratio to the fastest, each step linking to its section; page-cache steps flagged.
+fn summary(r: &RunResult) -> String {
+    let steps = r.step_names();
+    let mut o = String::from(
+        "<h2>Summary</h2><table class=\"grid\"><tr><th>step</th><th>fs</th><th>time</th>\
+         <th>CPU</th><th>mostly</th><th>vs fastest</th><th></th></tr>",
+    );
+    let mut last = String::new();
+    for s in run_summary::rows(r) {
+        let step = if s.step == last {
+            String::new()
+        } else {
+            let i = steps.iter().position(|n| *n == s.step).unwrap_or(0);
+            format!("<a href=\"#step{i}\">{}</a>", esc(&s.step))
+        };
+        let cache = if s.page_cache {
+            "<span class=\"warn\" title=\"block I/O moved a small part of the bytes the step \
+             read and wrote: this timed the page cache, not the disk\">page cache</span>"
+        } else {
+            ""
+        };
+        let _ = write!(
+            o,
+            "<tr><td>{step}</td><td>{}</td><td>{}</td><td>{:.0}%</td><td>{} {:.0}%</td>\
+             <td>{:.2}×</td><td>{cache}</td></tr>",
+            esc(&s.fs),
+            clock(s.wall_ns),
+            s.cpu_percent,
+            s.mostly,
+            100.0 * s.mostly_share,
+            s.vs_fastest
+        );
+        last = s.step;
+    }
+    o.push_str("</table>");
+    o
+}
+
 /// Buttons that load a cell's flame graph into the frame below them.
 fn flames(r: &RunResult, step: &str, base: &str, id: usize) -> String {
     let Some(cells) = r.flames.cells.get(step) else {
@@ -282,9 +321,11 @@ fn flames(r: &RunResult, step: &str, base: &str, id: usize) -> String {
         .clone();
     let mut o = String::from("<div class=\"flames\"><div class=\"pick\">");
     for (label, path) in &buttons {
+        // The path travels as an attribute, never inside script text, so no character
+        // of it can end a string there.
         let _ = write!(
             o,
-            "<button onclick=\"show({id}, '{}', this)\">{}</button>",
+            "<button data-src=\"{}\" onclick=\"show({id}, this)\">{}</button>",
             esc(path),
             esc(label)
         );
@@ -303,11 +344,12 @@ table{border-collapse:collapse;margin:8px 0}th,td{padding:3px 8px;text-align:rig
 th:first-child,td:first-child{text-align:left}.grid td,.grid th{border-bottom:1px solid #eee}\
 .facts th{text-align:left;color:#555}.charts{display:flex;flex-wrap:wrap;gap:12px}\
 .flames iframe{width:100%;height:620px;border:1px solid #ccc}\
-.pick button{margin:2px;font-size:12px}.pick button.on{background:#2e86ab;color:#fff}";
+.pick button{margin:2px;font-size:12px}.pick button.on{background:#2e86ab;color:#fff}\
+.warn{color:#b00;font-weight:bold}";
 
 /// Loads a flame graph on demand; counts the rendered charts into `data-charts` (the
 /// report's test reads it from the DOM).
-const SCRIPT: &str = "function show(id,src,b){var f=document.getElementById('flame'+id);f.src=src;\
+const SCRIPT: &str = "function show(id,b){var f=document.getElementById('flame'+id);f.src=b.getAttribute('data-src');\
 var p=b.parentNode.children;for(var i=0;i<p.length;i++)p[i].className='';b.className='on';}\
 window.addEventListener('load',function(){var n=0;document.querySelectorAll('svg.chart').forEach(function(s){\
 var r=s.getBoundingClientRect();if(r.width>0&&r.height>0)n++;});document.body.setAttribute('data-charts',n);\
@@ -341,8 +383,9 @@ pub fn render(r: &RunResult, results: &Path, html: &Path) -> String {
         esc(&fs.join(", ")),
         facts(r)
     );
+    o.push_str(&summary(r));
     for (i, step) in r.step_names().iter().enumerate() {
-        let _ = write!(o, "<h2 id=\"{}\">{}</h2>", esc(step), esc(step));
+        let _ = write!(o, "<h2 id=\"step{i}\">{}</h2>", esc(step));
         o.push_str(&table(r, step));
         o.push_str("<div class=\"charts\">");
         o.push_str(&time_chart(r, step));

@@ -5,6 +5,7 @@ pub mod compare_html;
 pub mod compare_table;
 pub mod flame;
 pub mod html;
+pub mod run_summary;
 pub mod run_table;
 pub mod table;
 

@@ -100,7 +100,9 @@ fn fs_event_lines(o: &mut String, fs: &str, runs: &[&StepRun]) {
     );
 }
 
-pub fn render(r: &RunResult) -> String {
+/// The run's report: the summary, or with `verbose` every pass of every step with all
+/// time classes; then the filesystems' own figures.
+pub fn render(r: &RunResult, verbose: bool) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -115,6 +117,18 @@ pub fn render(r: &RunResult) -> String {
         r.cpus,
         if r.complete { "" } else { "  [INCOMPLETE]" }
     );
+    if verbose {
+        steps(&mut o, r);
+    } else {
+        o.push('\n');
+        o.push_str(&super::run_summary::render(r));
+    }
+    filesystems(&mut o, r);
+    o
+}
+
+/// Per step: a row per filesystem and pass, then the median with min–max.
+fn steps(o: &mut String, r: &RunResult) {
     let steps = r.step_names();
     let header = [
         "fs",
@@ -164,7 +178,7 @@ pub fn render(r: &RunResult) -> String {
         }
         o.push_str(&table(&header, &rows));
         for f in &r.filesystems {
-            fs_event_lines(&mut o, &f.fs, &f.runs_of(step));
+            fs_event_lines(o, &f.fs, &f.runs_of(step));
         }
         for f in &r.filesystems {
             for p in &f.passes {
@@ -183,7 +197,10 @@ pub fn render(r: &RunResult) -> String {
             }
         }
     }
+}
 
+/// mkfs, mount and umount times and capacity per filesystem; lost events; interruption.
+fn filesystems(o: &mut String, r: &RunResult) {
     let _ = writeln!(o, "\nfilesystems (median over passes)");
     let mut rows = Vec::new();
     for f in &r.filesystems {
@@ -249,7 +266,6 @@ pub fn render(r: &RunResult) -> String {
     if let Some(why) = &r.interrupted {
         let _ = writeln!(o, "\nrun stopped early: {why}");
     }
-    o
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 pub mod flames;
 
 use std::{
+    io::IsTerminal,
     path::PathBuf,
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
@@ -113,14 +114,25 @@ fn memory_bytes() -> u64 {
         .unwrap_or(0)
 }
 
-/// Progress on stderr: where we are, elapsed, and a linear estimate of what is left.
+/// Progress on stderr: where we are, elapsed, and a linear estimate of what is left. On a
+/// terminal one line that rewrites itself; otherwise (a log, CI) a line per step.
 struct Progress {
     start: Instant,
     total: usize,
     done: usize,
+    tty: bool,
 }
 
 impl Progress {
+    fn new(total: usize) -> Progress {
+        Progress {
+            start: Instant::now(),
+            total,
+            done: 0,
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
     fn step(&mut self, fs: FsKind, pass: u32, passes: u32, step: &str) {
         let el = self.start.elapsed().as_secs();
         let eta = if self.done > 0 {
@@ -132,14 +144,27 @@ impl Progress {
         } else {
             String::new()
         };
-        eprintln!(
+        let line = format!(
             "fsprof: [{}/{}] {fs} pass {pass}/{passes}: {step} (elapsed {}:{:02}{eta})",
             self.done + 1,
             self.total,
             el / 60,
             el % 60
         );
+        if self.tty {
+            // Carriage return and erase-line: the next step overwrites this one.
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
         self.done += 1;
+    }
+
+    /// Ends the rewriting line so what follows starts on its own.
+    fn finish(&self) {
+        if self.tty && self.done > 0 {
+            eprintln!();
+        }
     }
 }
 
@@ -214,11 +239,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
             .unwrap_or(0),
         ..Default::default()
     };
-    let mut progress = Progress {
-        start: Instant::now(),
-        total: opts.filesystems.len() * opts.passes as usize * steps.len(),
-        done: 0,
-    };
+    let mut progress = Progress::new(opts.filesystems.len() * opts.passes as usize * steps.len());
     let outcome = run_matrix(
         opts,
         &steps,
@@ -228,6 +249,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
         &mut result,
         &mut progress,
     );
+    progress.finish();
     match &outcome {
         Ok(()) => result.complete = true,
         Err(e) => result.interrupted = Some(format!("{e:#}")),

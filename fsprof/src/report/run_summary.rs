@@ -1,0 +1,250 @@
+//! The short answer of a run, as the studies printed it: per step and filesystem the
+//! median time (m:ss,cc), CPU %, where the time mostly went and how far from the fastest;
+//! plus the steps that measured the page cache rather than the disk.
+
+use std::fmt::Write as _;
+
+use crate::analysis::stats::median;
+use crate::results::{RunResult, StepRun};
+
+use super::run_table::clock;
+use super::table::table;
+
+/// Below this share of the bytes the workload read and wrote, block I/O did not carry the
+/// step: it ran from (or into) the page cache.
+const CACHE_SHARE: f64 = 0.10;
+/// Smaller transfers say nothing either way.
+const CACHE_MIN_BYTES: u64 = 16 << 20;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SummaryRow {
+    pub step: String,
+    pub fs: String,
+    pub passes: usize,
+    pub wall_ns: u64,
+    pub cpu_percent: f64,
+    /// The time class that held most of the target's thread time, and its share.
+    pub mostly: &'static str,
+    pub mostly_share: f64,
+    /// Median wall over the fastest filesystem's median wall for this step.
+    pub vs_fastest: f64,
+    pub page_cache: bool,
+}
+
+/// Thread time by class, in the order of the scheduler split.
+fn classes(s: &StepRun) -> [(&'static str, u64); 6] {
+    let t = &s.trace.profile.time;
+    [
+        ("on-CPU", t.on_cpu.ns),
+        ("I/O wait", t.io_wait.ns),
+        ("other D-wait", t.uninterruptible.ns),
+        ("sleep", t.sleep.ns),
+        ("run-queue", t.run_queue.ns),
+        ("other", t.other.ns),
+    ]
+}
+
+/// Bytes the step's syscalls moved, and bytes its block I/O moved.
+fn moved(s: &StepRun) -> (u64, u64) {
+    let p = &s.trace.profile;
+    let calls = p
+        .syscalls
+        .iter()
+        .filter(|c| c.op == "read" || c.op == "write")
+        .filter_map(|c| c.bytes)
+        .sum();
+    let block = p
+        .block
+        .iter()
+        .filter(|b| b.class == "read" || b.class == "write")
+        .map(|b| b.bytes)
+        .sum();
+    (calls, block)
+}
+
+fn row(step: &str, fs: &str, runs: &[&StepRun]) -> SummaryRow {
+    let mut totals = [("", 0u64); 6];
+    for s in runs {
+        for (k, (name, ns)) in classes(s).into_iter().enumerate() {
+            totals[k] = (name, totals[k].1 + ns);
+        }
+    }
+    let all: u64 = totals.iter().map(|c| c.1).sum();
+    let (mostly, top) = totals
+        .iter()
+        .copied()
+        .max_by_key(|c| c.1)
+        .unwrap_or(("", 0));
+    let (calls, block) = runs
+        .iter()
+        .map(|s| moved(s))
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    SummaryRow {
+        step: step.into(),
+        fs: fs.into(),
+        passes: runs.len(),
+        wall_ns: median(runs.iter().map(|s| s.trace.wall_ns).collect()),
+        cpu_percent: median(
+            runs.iter()
+                .map(|s| (s.trace.cpu_percent() * 10.0) as u64)
+                .collect(),
+        ) as f64
+            / 10.0,
+        mostly: if all == 0 { "-" } else { mostly },
+        mostly_share: if all == 0 {
+            0.0
+        } else {
+            top as f64 / all as f64
+        },
+        vs_fastest: 1.0,
+        page_cache: calls >= CACHE_MIN_BYTES * runs.len() as u64
+            && (block as f64) < CACHE_SHARE * calls as f64,
+    }
+}
+
+/// One row per step × filesystem that ran it, steps in run order.
+pub fn rows(r: &RunResult) -> Vec<SummaryRow> {
+    let mut out = Vec::new();
+    for step in r.step_names() {
+        let mut rows: Vec<SummaryRow> = r
+            .filesystems
+            .iter()
+            .filter_map(|f| {
+                let runs = f.runs_of(&step);
+                (!runs.is_empty()).then(|| row(&step, &f.fs, &runs))
+            })
+            .collect();
+        let fastest = rows.iter().map(|r| r.wall_ns).min().unwrap_or(0).max(1);
+        for r in &mut rows {
+            r.vs_fastest = r.wall_ns as f64 / fastest as f64;
+        }
+        out.extend(rows);
+    }
+    out
+}
+
+/// The summary table for the terminal.
+pub fn render(r: &RunResult) -> String {
+    let rows = rows(r);
+    let mut o = String::new();
+    let mut last = "";
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|s| {
+            let step = if s.step == last { "" } else { &s.step };
+            last = &s.step;
+            vec![
+                step.to_string(),
+                s.fs.clone(),
+                clock(s.wall_ns),
+                format!("{:.0}%", s.cpu_percent),
+                format!("{} {:.0}%", s.mostly, 100.0 * s.mostly_share),
+                format!("{:.2}×", s.vs_fastest),
+                if s.page_cache { "page cache" } else { "" }.into(),
+            ]
+        })
+        .collect();
+    o.push_str(&table(
+        &["step", "fs", "time", "CPU", "mostly", "vs fastest", ""],
+        &cells,
+    ));
+    let passes = rows.iter().map(|s| s.passes).max().unwrap_or(0);
+    let _ = writeln!(
+        o,
+        "time and CPU: median of {passes} pass{}; mostly: the largest share of the target's \
+         thread time\nper-pass rows and every time class: --verbose",
+        if passes == 1 { "" } else { "es" }
+    );
+    if rows.iter().any(|s| s.page_cache) {
+        let _ = writeln!(
+            o,
+            "page cache: block I/O moved under {:.0}% of the bytes the step read and wrote, so \
+             it timed memory, not the disk",
+            100.0 * CACHE_SHARE
+        );
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{BlockRow, SyscallRow};
+    use crate::results::{FsRun, PassRun};
+
+    fn cell(step: &str, wall_s: u64, io_wait_s: u64, read: u64, block: u64) -> StepRun {
+        let mut s = StepRun {
+            step: step.into(),
+            ..StepRun::default()
+        };
+        let t = &mut s.trace;
+        t.wall_ns = wall_s * 1_000_000_000;
+        t.sys_ns = t.wall_ns / 4;
+        t.profile.time.on_cpu.ns = t.wall_ns / 4;
+        t.profile.time.io_wait.ns = io_wait_s * 1_000_000_000;
+        t.profile.syscalls.push(SyscallRow {
+            op: "read".into(),
+            bytes: Some(read),
+            ..SyscallRow::default()
+        });
+        t.profile.block.push(BlockRow {
+            class: "read".into(),
+            bytes: block,
+            ..BlockRow::default()
+        });
+        s
+    }
+
+    fn fs(name: &str, passes: Vec<Vec<StepRun>>) -> FsRun {
+        FsRun {
+            fs: name.into(),
+            passes: passes
+                .into_iter()
+                .enumerate()
+                .map(|(i, steps)| PassRun {
+                    pass: i as u32 + 1,
+                    steps,
+                    ..PassRun::default()
+                })
+                .collect(),
+            ..FsRun::default()
+        }
+    }
+
+    #[test]
+    fn medians_dominant_class_ratio_and_page_cache() {
+        const MB: u64 = 1 << 20;
+        let r = RunResult {
+            filesystems: vec![
+                fs(
+                    "ext4",
+                    vec![
+                        vec![cell("read", 2, 1, 100 * MB, 100 * MB)],
+                        vec![cell("read", 4, 3, 100 * MB, 100 * MB)],
+                        vec![cell("read", 3, 2, 100 * MB, 100 * MB)],
+                    ],
+                ),
+                fs("xfs", vec![vec![cell("read", 6, 0, 100 * MB, MB)]]),
+            ],
+            ..RunResult::default()
+        };
+        let rows = rows(&r);
+        assert_eq!(rows.len(), 2);
+        let (e, x) = (&rows[0], &rows[1]);
+        assert_eq!(
+            (e.fs.as_str(), e.wall_ns, e.passes),
+            ("ext4", 3_000_000_000, 3)
+        );
+        assert_eq!(e.cpu_percent, 25.0);
+        // ext4: 6 s I/O wait of 6 + 2.25 s thread time.
+        assert_eq!(e.mostly, "I/O wait");
+        assert!((e.mostly_share - 6.0 / 8.25).abs() < 1e-9);
+        assert!(!e.page_cache);
+        assert_eq!(x.mostly, "on-CPU");
+        assert_eq!(x.vs_fastest, 2.0);
+        assert!(x.page_cache, "1 MiB of block I/O for 100 MiB read");
+        let text = render(&r);
+        assert!(text.contains("0:03,00") && text.contains("2.00×"), "{text}");
+        assert!(text.contains("page cache:"), "{text}");
+    }
+}
