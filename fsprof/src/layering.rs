@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["analysis"],
     &["report"],
     &["run"],
+    &["cli"],
 ];
 
 fn layer(module: &str) -> Option<usize> {

@@ -5,10 +5,12 @@
 //! (maps → profile, folded stacks) → `trace` (one traced command: lab, probes, target and
 //! aggregation together) → `results` (the saved model of a run) → `analysis` (compare,
 //! explain) → `report` (tables, HTML, flame graph pictures); `run` drives suites of steps
-//! over filesystems and passes and writes all of it. `os`, `signals` and `units` are leaves.
+//! over filesystems and passes and writes all of it; `cli` parses the command line and calls
+//! them. `os`, `signals` and `units` are leaves.
 
 pub mod aggregate;
 pub mod analysis;
+pub mod cli;
 pub mod lab;
 pub mod os;
 pub mod probes;

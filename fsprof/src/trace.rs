@@ -274,6 +274,53 @@ fn finish_stacks(result: &mut TraceResult, st: &Stacks, out: Option<&FlameOutput
     Ok(())
 }
 
+/// Traces `opts.command` on a fresh `kind` filesystem (`{mnt}` in the command is its mount
+/// point, and its cwd) after the untraced `prepare` script; the filesystem is removed
+/// afterwards whatever happens.
+pub fn run_on_lab(
+    kind: lab::FsKind,
+    lab_opts: &lab::LabOptions,
+    prepare: Option<&str>,
+    fs_events: FsEventSet,
+    mut opts: TraceOptions,
+) -> Result<TraceResult> {
+    signals::install();
+    let labfs = LabFs::create(kind, lab_opts)?;
+    eprintln!(
+        "fsprof: {kind} on {} mounted at {} (mkfs {:.2}s, mount {:.3}s)",
+        labfs.device_path().display(),
+        labfs.mountpoint().display(),
+        labfs.mkfs_time.as_secs_f64(),
+        labfs.mount_time.as_secs_f64()
+    );
+    let mnt = labfs.mountpoint().to_string_lossy().into_owned();
+    opts.command = opts
+        .command
+        .iter()
+        .map(|a| a.replace("{mnt}", &mnt))
+        .collect();
+    opts.on_lab(&labfs, fs_events, true)?;
+    if let Some(f) = &mut opts.flames {
+        f.title = format!("{kind} · {}", f.title);
+    }
+    if let Some(script) = prepare {
+        let script = script.replace("{mnt}", &mnt);
+        eprintln!("fsprof: preparing (untraced): {script}");
+        let status = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(labfs.mountpoint())
+            .status()
+            .context("running the --prepare command")?;
+        if !status.success() {
+            anyhow::bail!("--prepare command failed ({status}): {script}");
+        }
+        labfs.syncfs()?;
+    }
+    lab::drop_caches()?;
+    signals::check()?;
+    run(&opts)
+}
+
 pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
     signals::install();
     let mut probes = Probes::load(&opts.probes)?;

@@ -168,7 +168,21 @@ impl Progress {
     }
 }
 
-pub fn run(opts: &RunOptions) -> Result<RunResult> {
+/// How a run ended: its results (partial when it stopped early, none when it could not
+/// start) and the error that stopped it, if any.
+pub struct Outcome {
+    pub result: Option<RunResult>,
+    pub error: Option<anyhow::Error>,
+}
+
+pub fn run(opts: &RunOptions) -> Outcome {
+    let mut result = None;
+    let error = run_into(opts, &mut result).err();
+    Outcome { result, error }
+}
+
+/// The run, its results built in `out` as soon as it starts.
+fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
     signals::install();
     crate::probes::check_environment()?;
     for &kind in &opts.filesystems {
@@ -220,7 +234,7 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
         )
         .chain(opts.extra_steps.iter().cloned())
         .collect();
-    let mut result = RunResult {
+    let result = out.insert(RunResult {
         schema_version: RUN_SCHEMA_VERSION,
         fsprof_version: env!("CARGO_PKG_VERSION").to_string(),
         kernel: crate::os::kernel_release(),
@@ -238,30 +252,22 @@ pub fn run(opts: &RunOptions) -> Result<RunResult> {
             .map(|d| d.as_secs())
             .unwrap_or(0),
         ..Default::default()
-    };
+    });
     let mut progress = Progress::new(opts.filesystems.len() * opts.passes as usize * steps.len());
-    let outcome = run_matrix(
-        opts,
-        &steps,
-        &mut ctx,
-        size,
-        &me,
-        &mut result,
-        &mut progress,
-    );
+    let outcome = run_matrix(opts, &steps, &mut ctx, size, &me, result, &mut progress);
     progress.finish();
     match &outcome {
         Ok(()) => result.complete = true,
         Err(e) => result.interrupted = Some(format!("{e:#}")),
     }
     if opts.stacks.is_some() {
-        match flames::draw(&result, &opts.flames_dir, results::dir_of(&opts.results)) {
+        match flames::draw(result, &opts.flames_dir, results::dir_of(&opts.results)) {
             Ok(f) => result.flames = f,
             Err(e) => eprintln!("fsprof: warning: flame graphs not drawn: {e:#}"),
         }
     }
     result.save(&opts.results)?;
-    outcome.map(|()| result)
+    outcome
 }
 
 fn run_matrix(

@@ -1,0 +1,161 @@
+//! Options and value parsers shared by several commands.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::{
+    lab::{self, FsKind, LabOptions},
+    probes::{DEFAULT_SAMPLE_HZ, FsEventSet, StackOptions},
+    workload::pgbench::PgbenchSpec,
+};
+
+#[derive(Args)]
+pub struct StackArgs {
+    /// No stacks: no on-CPU sampling, off-CPU stacks, background work or flame graphs.
+    #[arg(long)]
+    pub no_stacks: bool,
+    /// On-CPU samples per second per CPU (cpu-clock).
+    #[arg(long, default_value_t = DEFAULT_SAMPLE_HZ)]
+    pub sample_hz: u32,
+    /// Do not count the filesystem's own tracepoints (xfs:*, ext4:*, jbd2:*, …).
+    #[arg(long, conflicts_with = "all_fs_events")]
+    pub no_fs_events: bool,
+    /// Count every tracepoint of the filesystem's subsystems (the census), not only the
+    /// curated waits, commits and background work. Costs ~150 ns per event: a kernel-tree
+    /// delete fires millions (1.2–1.5× its wall time); the default set costs ~nothing.
+    #[arg(long)]
+    pub all_fs_events: bool,
+    /// Directory for folded stacks and flame graphs (default: fsprof-flames for trace,
+    /// RESULTS.flames beside the results file for run).
+    #[arg(long)]
+    pub flames: Option<PathBuf>,
+}
+
+impl StackArgs {
+    pub fn fs_event_set(&self) -> FsEventSet {
+        match (self.no_fs_events, self.all_fs_events) {
+            (true, _) => FsEventSet::Off,
+            (false, true) => FsEventSet::Census,
+            (false, false) => FsEventSet::Curated,
+        }
+    }
+
+    pub fn options(&self) -> Option<StackOptions> {
+        (!self.no_stacks).then_some(StackOptions {
+            sample_hz: self.sample_hz.max(1),
+            background: true,
+        })
+    }
+}
+
+#[derive(Args)]
+pub struct LabArgs {
+    /// Size of the loop filesystem's image (e.g. 512M, 4G).
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    pub size: u64,
+    /// Directory for the sparse image (not tmpfs).
+    #[arg(long, default_value = lab::DEFAULT_IMAGE_DIR)]
+    pub dir: PathBuf,
+    /// Extra mkfs options, e.g. "-b 1024".
+    #[arg(long, allow_hyphen_values = true)]
+    pub mkfs_opts: Option<String>,
+    /// Mount options, e.g. "data=writeback".
+    #[arg(long)]
+    pub mount_opts: Option<String>,
+}
+
+impl LabArgs {
+    pub fn options(&self) -> LabOptions {
+        LabOptions {
+            size: self.size,
+            image_dir: self.dir.clone(),
+            mkfs_opts: self
+                .mkfs_opts
+                .as_deref()
+                .map(|s| s.split_whitespace().map(String::from).collect())
+                .unwrap_or_default(),
+            mount_opts: self.mount_opts.clone().unwrap_or_default(),
+            device: None,
+        }
+    }
+}
+
+/// A filesystem name as clap sees it (the error is the lab's one line).
+pub fn parse_fs(s: &str) -> Result<FsKind, String> {
+    FsKind::parse(s).map_err(|e| format!("{e:#}"))
+}
+
+/// "512M", "4G", "1048576".
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("bad size suffix in {s:?} (use K, M, G or T)")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .map(|n| n * mult)
+        .map_err(|_| format!("bad size {s:?}"))
+}
+
+pub fn parse_pgbench(s: &str) -> Result<PgbenchSpec, String> {
+    let bad = || format!("bad --pgbench {s:?}: want SCALE,CLIENTS,SECONDS");
+    let v: Vec<u32> = s
+        .split(',')
+        .map(|x| x.trim().parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    match v[..] {
+        [scale, clients, seconds] if scale > 0 && clients > 0 && seconds > 0 => Ok(PgbenchSpec {
+            scale,
+            clients,
+            seconds,
+        }),
+        _ => Err(bad()),
+    }
+}
+
+/// "ext4:opts" → (Some(ext4), "opts"); "opts" → (None, "opts").
+pub fn per_fs(values: &[String]) -> Result<Vec<(Option<FsKind>, String)>> {
+    values
+        .iter()
+        .map(|v| match v.split_once(':') {
+            Some((fs, o)) if FsKind::ALL.iter().any(|k| k.name() == fs) => {
+                Ok((Some(FsKind::parse(fs)?), o.to_string()))
+            }
+            _ => Ok((None, v.clone())),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_pgbench_specs() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("4g"), Ok(4 << 30));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("3X").is_err() && parse_size("M").is_err());
+        let p = parse_pgbench("10, 4,30").unwrap();
+        assert_eq!((p.scale, p.clients, p.seconds), (10, 4, 30));
+        assert!(parse_pgbench("10,4").is_err() && parse_pgbench("0,4,30").is_err());
+    }
+
+    #[test]
+    fn options_per_filesystem() {
+        let v = per_fs(&["ext4:data=writeback".into(), "noatime".into()]).unwrap();
+        assert_eq!(v[0], (Some(FsKind::Ext4), "data=writeback".into()));
+        assert_eq!(v[1], (None, "noatime".into()));
+    }
+}

@@ -1,0 +1,126 @@
+//! The command line: clap types and one module per command; `main` only calls [`main`].
+
+mod args;
+mod results_cmds;
+mod run_cmd;
+mod trace_cmd;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, error::ErrorKind};
+
+use crate::{lab, workload};
+
+#[derive(Parser)]
+#[command(
+    name = "fsprof",
+    version,
+    about = "Kernel-level tracing profiler for filesystem workloads"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Trace a command (and everything it starts) or a running process tree.
+    Trace(trace_cmd::TraceArgs),
+    /// Run a suite of standard workloads on fresh filesystems, every step traced.
+    Run(run_cmd::RunArgs),
+    /// Which filesystems this machine can test, or why not.
+    List,
+    /// Show a saved `fsprof run` results file again, or write its HTML report.
+    Report(results_cmds::ReportArgs),
+    /// Compare results (several files per side, comma-separated): per filesystem × step ×
+    /// figure the change, its 95 % confidence interval and Welch's t-test over the passes.
+    Compare(results_cmds::CompareArgs),
+    /// Where the time of one cell went, and with --vs why it took longer than on another
+    /// filesystem.
+    Explain(results_cmds::ExplainArgs),
+    /// Remove mounts, loop devices and images a killed fsprof left behind.
+    Cleanup,
+    /// Differential flame graph of two folded stack files (e.g. the same cell of two runs):
+    /// widths from NEW, red where NEW spent more time, blue where less.
+    FlameDiff(results_cmds::FlameDiffArgs),
+    /// Run one built-in workload step in this process (what `run` traces).
+    #[command(hide = true)]
+    Workload {
+        step: String,
+        #[arg(long)]
+        ctx: String,
+    },
+}
+
+fn list() -> Result<ExitCode> {
+    for kind in lab::FsKind::ALL {
+        match kind.check_available() {
+            Ok(()) => println!("{:<9} available", kind.name()),
+            Err(e) => println!("{:<9} unavailable: {e}", kind.name()),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dispatch(cmd: Cmd) -> Result<ExitCode> {
+    match cmd {
+        Cmd::Trace(a) => trace_cmd::trace_cmd(a),
+        Cmd::Run(a) => run_cmd::run_cmd(a),
+        Cmd::List => list(),
+        Cmd::Report(a) => results_cmds::report_cmd(a),
+        Cmd::Compare(a) => results_cmds::compare_cmd(a),
+        Cmd::Explain(a) => results_cmds::explain_cmd(a),
+        Cmd::FlameDiff(a) => results_cmds::flame_diff_cmd(a),
+        Cmd::Cleanup => {
+            for line in lab::cleanup::cleanup(&lab::cleanup::default_image_dirs())? {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Workload { step, ctx } => {
+            workload::run_cli(&step, &ctx)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// One line on stderr and status 2 for any error, clap's usage errors included.
+fn fail(msg: &str) -> ExitCode {
+    eprintln!("fsprof: error: {msg}");
+    ExitCode::from(2)
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
+            e.exit()
+        }
+        Err(e) => {
+            // clap's first line says what is wrong; keep the choices, drop the usage.
+            let text = e.render().to_string();
+            let mut lines = text.lines();
+            let first = lines.next().unwrap_or_default();
+            let mut msg = first.strip_prefix("error: ").unwrap_or(first).to_string();
+            if let Some(values) = lines
+                .map(str::trim)
+                .find(|l| l.starts_with("[possible values"))
+            {
+                msg = format!("{msg} {values}");
+            }
+            return fail(&msg);
+        }
+    };
+    match dispatch(cli.cmd) {
+        Ok(code) => code,
+        Err(e) => fail(&format!("{e:#}")),
+    }
+}

@@ -1,0 +1,141 @@
+//! `fsprof run`: a suite on fresh filesystems; prints the summary and writes the results
+//! (JSON, CSV, HTML) whatever happened, with what finished.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use anyhow::Result;
+use clap::Args;
+
+use super::{
+    args::{StackArgs, parse_fs, parse_pgbench, parse_size, per_fs},
+    results_cmds::write_html,
+};
+use crate::{
+    lab::{self, FsKind},
+    report,
+    run::{self, RunOptions, RunStep},
+    suite::Suite,
+    workload::pgbench::PgbenchSpec,
+};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Comma-separated filesystems, e.g. ext4,xfs,btrfs (see `fsprof list`).
+    #[arg(long, value_delimiter = ',', value_parser = parse_fs, default_value = "ext4,xfs,btrfs")]
+    fs: Vec<FsKind>,
+    /// quick (default), desktop, build-tree, file-server, iozone, distro, full, none.
+    #[arg(long, default_value = "quick", value_parser = |s: &str| Suite::find(s).map_err(|e| format!("{e:#}")))]
+    suite: &'static Suite,
+    /// Only these steps of the suite, comma-separated (e.g. extract-tree,delete-tree).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Passes per filesystem, each on a freshly made filesystem.
+    #[arg(long, default_value_t = 3)]
+    passes: u32,
+    /// Work scale (1.0 = the studies' sizes); default: the suite's.
+    #[arg(long)]
+    scale: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Copies of each step run at once.
+    #[arg(long, default_value_t = 1)]
+    jobs: u32,
+    /// Loop image size (e.g. 20G); default: from the suite's needs.
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Directory for images and workload sources (not tmpfs, not the fs under test).
+    #[arg(long, default_value = lab::DEFAULT_IMAGE_DIR)]
+    dir: PathBuf,
+    /// mkfs options, for all or one filesystem: "-b 1024" or "ext4:-b 1024"; repeatable.
+    #[arg(long, allow_hyphen_values = true)]
+    mkfs_opts: Vec<String>,
+    /// Mount options, e.g. "ext4:data=writeback" or "noatime"; repeatable.
+    #[arg(long)]
+    mount_opts: Vec<String>,
+    /// Format this block device instead of loop images. It is refused when mounted, in
+    /// use, or holding a filesystem or partition table (unless --force).
+    #[arg(long)]
+    device: Option<PathBuf>,
+    #[arg(long, requires = "device")]
+    force: bool,
+    /// Results file (JSON; a .csv is written beside it).
+    #[arg(long, default_value = "fsprof-results.json")]
+    json: PathBuf,
+    /// Keep the page cache between steps.
+    #[arg(long)]
+    no_drop_caches: bool,
+    /// An extra step: NAME=COMMAND, run with sh -c on the fs under test ({mnt} = its mount
+    /// point), e.g. bonnie='bonnie++ -d {mnt} -u root -s 1024 -n 16'. Repeatable.
+    #[arg(long = "step", value_parser = |s: &str| RunStep::parse_command(s).map_err(|e| e.to_string()))]
+    steps: Vec<RunStep>,
+    /// Add a pgbench step: SCALE,CLIENTS,SECONDS (e.g. 10,4,30) against a PostgreSQL server
+    /// fsprof runs with its data directory on the fs under test.
+    #[arg(long, value_parser = parse_pgbench)]
+    pgbench: Option<PgbenchSpec>,
+    #[command(flatten)]
+    stacks: StackArgs,
+    /// Do not freeze/thaw the filesystem after each step (then deferred background work,
+    /// e.g. xfs inode inactivation, may land in a later step or nowhere).
+    #[arg(long)]
+    no_quiesce: bool,
+    /// Report every pass of every step with all time classes, not just the summary.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
+    let mut extra_steps = a.steps.clone();
+    extra_steps.extend(a.pgbench.clone().map(RunStep::Pgbench));
+    let flames_dir = a
+        .stacks
+        .flames
+        .clone()
+        .unwrap_or_else(|| run::flames::default_dir(&a.json));
+    let opts = RunOptions {
+        extra_steps,
+        filesystems: a.fs.clone(),
+        suite: a.suite,
+        scale: a.scale,
+        passes: a.passes.max(1),
+        seed: a.seed,
+        jobs: a.jobs.max(1),
+        size: a.size,
+        image_dir: a.dir.clone(),
+        mkfs_opts: per_fs(&a.mkfs_opts)?,
+        mount_opts: per_fs(&a.mount_opts)?,
+        device: a.device.clone(),
+        force: a.force,
+        results: a.json.clone(),
+        drop_caches: !a.no_drop_caches,
+        stacks: a.stacks.options(),
+        fs_events: a.stacks.fs_event_set(),
+        quiesce: !a.no_quiesce,
+        only: a.only.clone(),
+        flames_dir: flames_dir.clone(),
+    };
+    let outcome = run::run(&opts);
+    // Whatever happened, every finished step of this run is shown and written.
+    if let Some(result) = &outcome.result {
+        print!("{}", report::run_table::render(result, a.verbose));
+        let csv = a.json.with_extension("csv");
+        std::fs::write(&csv, result.to_csv())?;
+        write_html(result, &a.json, &a.json.with_extension("html"))?;
+        eprintln!(
+            "fsprof: results in {} and {}",
+            a.json.display(),
+            csv.display()
+        );
+        if !result.flames.cells.is_empty() {
+            eprintln!(
+                "fsprof: flame graphs of {} cells and {} differential graphs in {}",
+                result.flames.cells.values().map(|c| c.len()).sum::<usize>(),
+                result.flames.diffs.len(),
+                flames_dir.display()
+            );
+        }
+    }
+    match outcome.error {
+        Some(e) => Err(e),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
