@@ -8,6 +8,8 @@
 //! over filesystems and passes and writes all of it; `cli` parses the command line and calls
 //! them. `os`, `signals` and `units` are leaves.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod aggregate;
 pub mod analysis;
 pub mod cli;

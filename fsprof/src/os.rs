@@ -27,9 +27,8 @@ pub fn kernel_release() -> String {
 pub fn syncfs(path: &Path) -> Result<Duration> {
     let f = std::fs::File::open(path)?;
     let start = Instant::now();
-    // SAFETY: syncfs only reads the fd, which `f` keeps open for the call.
-    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("syncfs");
-    }
+    rustix::fs::syncfs(&f)
+        .map_err(std::io::Error::from)
+        .context("syncfs")?;
     Ok(start.elapsed())
 }

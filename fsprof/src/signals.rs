@@ -12,14 +12,18 @@ extern "C" fn on_signal(sig: libc::c_int) {
     let child = CHILD.load(Ordering::SeqCst);
     // SIGINT from a terminal already reaches the child through its process group; SIGTERM
     // (from kill or a CI timeout) does not, so pass it on. kill(2) is async-signal-safe.
-    if sig == libc::SIGTERM && child > 0 {
-        unsafe { libc::kill(child, libc::SIGTERM) };
+    if sig == libc::SIGTERM
+        && let Some(pid) = rustix::process::Pid::from_raw(child)
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     }
 }
 
 /// Installs the handlers; idempotent.
 pub fn install() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: sigaction is plain data (zeroes are valid, then filled in); the handler
+        // only stores to atomics and makes the async-signal-safe kill(2).
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_signal as *const () as usize;

@@ -5,7 +5,10 @@ use std::{
     ffi::CString,
     fs,
     io::{Read, Write},
-    os::unix::{ffi::OsStrExt, fs::PermissionsExt},
+    os::{
+        fd::{AsRawFd, OwnedFd},
+        unix::{ffi::OsStrExt, fs::PermissionsExt},
+    },
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -36,12 +39,10 @@ fn tv(t: libc::timeval) -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000)
 }
 
-fn pipe() -> Result<(i32, i32)> {
-    let mut fds = [0; 2];
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("pipe2");
-    }
-    Ok((fds[0], fds[1]))
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(std::io::Error::from)
+        .context("pipe2")
 }
 
 /// The file `prog` names, searched in PATH as a shell would. Done here, not by execvp in
@@ -77,14 +78,18 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
     let dir = cwd.map(|d| cstring(d.as_os_str().as_bytes())).transpose()?;
     let (hold_r, hold_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
+    // SAFETY: the child only makes async-signal-safe calls on memory prepared before the
+    // fork (no allocation, no locks) and ends in execv or _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error()).context("fork");
     }
     if pid == 0 {
+        let (hold_r, err_w) = (hold_r.as_raw_fd(), err_w.as_raw_fd());
+        // SAFETY: as above; the fds are open (the child's copies of the parent's).
         unsafe {
-            libc::close(hold_w);
-            libc::close(err_r);
+            libc::close(hold_w.as_raw_fd());
+            libc::close(err_r.as_raw_fd());
             // Default dispositions: fsprof's handlers must not leak into the command.
             for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
                 libc::signal(sig, libc::SIG_DFL);
@@ -107,15 +112,13 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
             libc::_exit(127);
         }
     }
-    unsafe {
-        libc::close(hold_r);
-        libc::close(err_w);
-    }
-    use std::os::fd::FromRawFd;
+    // The parent keeps the writing end of the hold pipe and the reading end of the error
+    // pipe; the other two close here.
+    drop((hold_r, err_w));
     Ok(Held {
         pid,
-        release: unsafe { fs::File::from_raw_fd(hold_w) },
-        exec_error: unsafe { fs::File::from_raw_fd(err_r) },
+        release: fs::File::from(hold_w),
+        exec_error: fs::File::from(err_r),
         argv0: argv[0].clone(),
     })
 }
@@ -137,8 +140,11 @@ impl Held {
         let mut errno = [0u8; 4];
         let exec_failed = self.exec_error.read_exact(&mut errno).is_ok();
         let mut status = 0;
+        // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         loop {
+            // wait4, not waitpid: the child's own rusage is GNU time's figure (rustix has
+            // no wait4). SAFETY: both pointers are to live locals of the right types.
             let r = unsafe { libc::wait4(self.pid, &mut status, 0, &mut ru) };
             if r == self.pid {
                 break;
@@ -213,7 +219,7 @@ fn stat_field(pid: u32, n: usize) -> Option<u64> {
 
 /// CPU time of a live process and its reaped children (utime+cutime, stime+cstime).
 pub fn process_cpu(pid: u32) -> Option<(Duration, Duration)> {
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let tick = rustix::param::clock_ticks_per_second() as f64;
     let f = |n| stat_field(pid, n).map(|v| v as f64 / tick);
     let user = f(14)? + f(16)?;
     let sys = f(15)? + f(17)?;
@@ -221,5 +227,12 @@ pub fn process_cpu(pid: u32) -> Option<(Duration, Duration)> {
 }
 
 pub fn alive(pid: u32) -> bool {
-    unsafe { libc::kill(pid as i32, 0) == 0 }
+    rustix::process::Pid::from_raw(pid as i32)
+        .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+}
+
+/// Sends `sig` to `pid`; false when it is gone (or was never there).
+pub fn signal(pid: u32, sig: rustix::process::Signal) -> bool {
+    rustix::process::Pid::from_raw(pid as i32)
+        .is_some_and(|p| rustix::process::kill_process(p, sig).is_ok())
 }

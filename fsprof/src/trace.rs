@@ -248,7 +248,7 @@ fn kill_leftovers(probes: &Probes, dir: &std::path::Path) -> Result<()> {
         dir.display()
     );
     for &tid in &left {
-        unsafe { libc::kill(tid as i32, libc::SIGKILL) };
+        target::signal(tid, rustix::process::Signal::KILL);
     }
     let start = Instant::now();
     while left.iter().any(|&t| target::alive(t)) && start.elapsed() < Duration::from_secs(5) {

@@ -1,6 +1,6 @@
 //! Usable capacity, as statvfs(2) (and so df) reports it.
 
-use std::{ffi::CString, os::unix::ffi::OsStrExt, path::Path};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -19,13 +19,10 @@ pub struct Capacity {
 
 impl Capacity {
     pub fn of(path: &Path) -> Result<Capacity> {
-        let c = CString::new(path.as_os_str().as_bytes())?;
-        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-        if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("statvfs {}", path.display()));
-        }
-        let b = s.f_frsize as u64;
+        let s = rustix::fs::statvfs(path)
+            .map_err(std::io::Error::from)
+            .with_context(|| format!("statvfs {}", path.display()))?;
+        let b = s.f_frsize;
         Ok(Capacity {
             total_bytes: s.f_blocks as u64 * b,
             avail_bytes: s.f_bavail as u64 * b,

@@ -45,8 +45,7 @@ pub fn cleanup(image_dirs: &[&Path]) -> Result<Vec<String>> {
         if target.starts_with(MOUNT_ROOT) && orphaned(file_name(target)) {
             // A run killed during a quiesce leaves the filesystem frozen.
             super::quiesce::thaw(Path::new(target));
-            let c = std::ffi::CString::new(target)?;
-            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+            if rustix::mount::unmount(target, rustix::mount::UnmountFlags::DETACH).is_ok() {
                 done.push(format!("unmounted {target}"));
             }
             let _ = fs::remove_dir(target);

@@ -31,13 +31,14 @@ pub fn check_user_device(dev: &Path, force: bool) -> Result<()> {
         );
     }
     // O_EXCL on a block device fails with EBUSY while anyone has it open exclusively.
-    let c = std::ffi::CString::new(dev.as_os_str().as_encoded_bytes())?;
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_EXCL) };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        bail!("{} is in use ({e}): refusing it", dev.display());
+    use rustix::fs::{Mode, OFlags};
+    if let Err(e) = rustix::fs::open(dev, OFlags::RDONLY | OFlags::EXCL, Mode::empty()) {
+        bail!(
+            "{} is in use ({}): refusing it",
+            dev.display(),
+            std::io::Error::from(e)
+        );
     }
-    unsafe { libc::close(fd) };
     if !force && let Some(sig) = signature(dev)? {
         bail!(
             "{} carries a {sig} signature (it may hold data): add --force to overwrite it",

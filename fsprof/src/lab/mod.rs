@@ -10,8 +10,6 @@ pub mod mountinfo;
 pub mod quiesce;
 
 use std::{
-    ffi::CString,
-    os::unix::ffi::OsStrExt,
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
@@ -236,11 +234,7 @@ pub fn superblock_dev_of(path: &Path) -> Result<u32> {
 /// The filesystem kind holding `dir`, from statfs's magic number (None: not one fsprof
 /// knows the tracepoints of).
 pub fn fs_kind_of(dir: &Path) -> Option<&'static str> {
-    let c = CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
+    let st = rustix::fs::statfs(dir).ok()?;
     Some(match st.f_type as u64 {
         0xEF53 => "ext4",
         0x5846_5342 => "xfs",
@@ -252,21 +246,21 @@ pub fn fs_kind_of(dir: &Path) -> Option<&'static str> {
 
 /// Kernel dev_t (major << 20 | minor) of a block device node.
 pub fn kernel_dev_of(path: &Path) -> Result<u32> {
-    let c = CString::new(path.as_os_str().as_bytes())?;
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::stat(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("stat {}", path.display()));
-    }
-    if st.st_mode & libc::S_IFMT != libc::S_IFBLK {
+    let st = rustix::fs::stat(path)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("stat {}", path.display()))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::BlockDevice {
         bail!("{} is not a block device", path.display());
     }
-    Ok(kdev::make(libc::major(st.st_rdev), libc::minor(st.st_rdev)))
+    Ok(kdev::make(
+        rustix::fs::major(st.st_rdev),
+        rustix::fs::minor(st.st_rdev),
+    ))
 }
 
 /// Writes back dirty data and empties the page, dentry and inode caches, so a step starts
 /// cold as the classic benchmarks did after a reboot.
 pub fn drop_caches() -> Result<()> {
-    unsafe { libc::sync() };
+    rustix::fs::sync();
     std::fs::write("/proc/sys/vm/drop_caches", "3").context("writing /proc/sys/vm/drop_caches")
 }

@@ -4,22 +4,21 @@
 //! Done with the probes attached, so that work lands in the step that caused it.
 
 use std::{
-    os::fd::AsRawFd,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result};
+use rustix::ioctl::{NoArg, Opcode, opcode};
 
-// _IOWR('X', 119, int) and _IOWR('X', 120, int) from linux/fs.h.
-const FIFREEZE: libc::c_ulong = 0xC004_5877;
-const FITHAW: libc::c_ulong = 0xC004_5878;
+// _IOWR('X', 119, int) and _IOWR('X', 120, int) in linux/fs.h; the kernel ignores the int.
+const FIFREEZE: Opcode = opcode::read_write::<libc::c_int>(b'X', 119);
+const FITHAW: Opcode = opcode::read_write::<libc::c_int>(b'X', 120);
 
-fn ioctl(dir: &Path, req: libc::c_ulong) -> std::io::Result<()> {
+fn ioctl<const OP: Opcode>(dir: &Path) -> std::io::Result<()> {
     let f = std::fs::File::open(dir)?;
-    if unsafe { libc::ioctl(f.as_raw_fd(), req, 0) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    // SAFETY: OP is FIFREEZE or FITHAW, which take no memory from us.
+    unsafe { rustix::ioctl::ioctl(&f, NoArg::<OP>::new()) }?;
     Ok(())
 }
 
@@ -28,7 +27,7 @@ struct Frozen(PathBuf);
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        let _ = ioctl(&self.0, FITHAW);
+        let _ = ioctl::<FITHAW>(&self.0);
     }
 }
 
@@ -36,7 +35,7 @@ impl Drop for Frozen {
 /// when the filesystem cannot be frozen (FUSE, or one already frozen by someone else).
 pub fn quiesce(dir: &Path) -> Result<Option<Duration>> {
     let start = Instant::now();
-    match ioctl(dir, FIFREEZE) {
+    match ioctl::<FIFREEZE>(dir) {
         Ok(()) => {}
         Err(e)
             if matches!(
@@ -55,5 +54,5 @@ pub fn quiesce(dir: &Path) -> Result<Option<Duration>> {
 
 /// Thaws `dir` if frozen (for `fsprof cleanup` after a SIGKILL mid-quiesce).
 pub fn thaw(dir: &Path) -> bool {
-    ioctl(dir, FITHAW).is_ok()
+    ioctl::<FITHAW>(dir).is_ok()
 }

@@ -148,7 +148,7 @@ pub struct Probes {
 
 /// Refuses early, with one line each, what would otherwise fail deep inside the loader.
 pub fn check_environment() -> Result<()> {
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         bail!("fsprof must run as root (it loads eBPF programs): try `sudo fsprof …`");
     }
     if !Path::new(offsets::VMLINUX_BTF).exists() {
@@ -390,8 +390,7 @@ impl Probes {
 
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
 pub fn monotonic_ns() -> u64 {
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

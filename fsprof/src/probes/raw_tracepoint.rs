@@ -23,6 +23,8 @@ pub fn attach_raw(prog_fd: i32, name: &str, cookie: u64) -> std::io::Result<Owne
         _pad: 0,
         cookie,
     };
+    // No rustix or aya call does BPF_RAW_TRACEPOINT_OPEN with a cookie. SAFETY: `attr` is
+    // a bpf_attr prefix of the size passed, and `cname` outlives the call.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -34,5 +36,6 @@ pub fn attach_raw(prog_fd: i32, name: &str, cookie: u64) -> std::io::Result<Owne
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: the kernel just returned this fd and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }

@@ -10,6 +10,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use rustix::mount::{MountFlags, UnmountFlags, mount, unmount};
 
 /// A tracepoint, `subsystem:name`.
 #[derive(Clone, Debug)]
@@ -51,8 +52,7 @@ struct PrivateMount(PathBuf);
 
 impl Drop for PrivateMount {
     fn drop(&mut self) {
-        let c = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap_or_default();
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        let _ = unmount(&self.0, UnmountFlags::DETACH);
         let _ = fs::remove_dir(&self.0);
     }
 }
@@ -66,18 +66,7 @@ fn mount_private() -> Result<PrivateMount> {
         std::process::id()
     ));
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let target = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
-    let r = unsafe {
-        libc::mount(
-            c"nodev".as_ptr(),
-            target.as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = mount("nodev", &dir, "tracefs", MountFlags::empty(), None) {
         let _ = fs::remove_dir(&dir);
         bail!("cannot mount tracefs: {e}");
     }

@@ -386,7 +386,7 @@ pub fn run_cli(step: &str, ctx_json: &str) -> Result<()> {
     // The thread name is what stacks and flame graphs show as the process: the step's name
     // (first 15 bytes) says more than "fsprof".
     if let Ok(name) = std::ffi::CString::new(step.name()) {
-        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+        let _ = rustix::thread::set_name(&name);
     }
     run(step, &ctx)
 }
