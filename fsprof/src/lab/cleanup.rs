@@ -2,11 +2,17 @@
 //! /run/fsprof named fsprof-PID-*, loop devices backed by fsprof-PID-*.img images, and those
 //! images, for PIDs that are no longer a running fsprof.
 
-use std::{fs, path::Path, process::Command};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Result;
 
-use super::{DEFAULT_IMAGE_DIR, MOUNT_ROOT, loopdev::IMAGE_PREFIX};
+use super::{
+    DEFAULT_IMAGE_DIR, MOUNT_ROOT,
+    loopdev::{IMAGE_PREFIX, LoopDevice},
+};
 
 /// PID encoded in an fsprof-PID-… name.
 fn owner(name: &str) -> Option<u32> {
@@ -37,18 +43,15 @@ fn file_name(p: &str) -> &str {
 /// Removes orphaned mounts, loop devices and images; returns what it did, one line each.
 pub fn cleanup(image_dirs: &[&Path]) -> Result<Vec<String>> {
     let mut done = Vec::new();
-    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
-    for line in mounts.lines() {
-        let Some(target) = line.split_whitespace().nth(1) else {
-            continue;
-        };
-        if target.starts_with(MOUNT_ROOT) && orphaned(file_name(target)) {
+    for m in super::mountinfo::read() {
+        let target = m.point.to_string_lossy();
+        if m.point.starts_with(MOUNT_ROOT) && orphaned(file_name(&target)) {
             // A run killed during a quiesce leaves the filesystem frozen.
-            super::quiesce::thaw(Path::new(target));
-            if rustix::mount::unmount(target, rustix::mount::UnmountFlags::DETACH).is_ok() {
+            super::quiesce::thaw(&m.point);
+            if rustix::mount::unmount(&m.point, rustix::mount::UnmountFlags::DETACH).is_ok() {
                 done.push(format!("unmounted {target}"));
             }
-            let _ = fs::remove_dir(target);
+            let _ = fs::remove_dir(&m.point);
         }
     }
     if let Ok(entries) = fs::read_dir(MOUNT_ROOT) {
@@ -59,23 +62,11 @@ pub fn cleanup(image_dirs: &[&Path]) -> Result<Vec<String>> {
             }
         }
     }
-    let list = Command::new("losetup")
-        .args(["--list", "--noheadings", "--output", "NAME,BACK-FILE"])
-        .output()?;
-    for line in String::from_utf8_lossy(&list.stdout).lines() {
-        let mut f = line.split_whitespace();
-        let (Some(dev), Some(back)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let img = file_name(back);
-        if img.ends_with(".img") && orphaned(img) {
-            let ok = Command::new("losetup")
-                .args(["-d", dev])
-                .status()?
-                .success();
-            if ok {
-                done.push(format!("detached {dev} ({back})"));
-            }
+    for (dev, back) in attached_loops() {
+        // An image deleted while attached still pins its device.
+        let img = file_name(back.trim_end_matches(" (deleted)"));
+        if img.ends_with(".img") && orphaned(img) && LoopDevice::detach(&dev).is_ok() {
+            done.push(format!("detached {} ({back})", dev.display()));
         }
     }
     for dir in image_dirs {
@@ -90,6 +81,22 @@ pub fn cleanup(image_dirs: &[&Path]) -> Result<Vec<String>> {
         }
     }
     Ok(done)
+}
+
+/// Attached loop devices and their backing files, as the kernel lists them in
+/// /sys/block/loopN/loop/backing_file (whole lines: a path may hold spaces).
+fn attached_loops() -> Vec<(PathBuf, String)> {
+    let Ok(entries) = fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let back = fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+            let dev = Path::new("/dev").join(e.file_name());
+            Some((dev, back.trim_end_matches('\n').to_string()))
+        })
+        .collect()
 }
 
 pub fn default_image_dirs() -> Vec<&'static Path> {
