@@ -44,7 +44,7 @@ pub const SUITES: &[Suite] = &[
     Suite {
         name: "quick",
         about: "every kind of step at small scale (the default)",
-        steps: &Step::ALL,
+        steps: Step::ALL,
         default_scale: 0.05,
         tree: KERNEL_TREE,
         // 100 MiB at the default scale: big enough to leave the page cache's fast path.
@@ -163,7 +163,7 @@ pub const SUITES: &[Suite] = &[
     Suite {
         name: "full",
         about: "every step at full scale, on the real kernel tree",
-        steps: &Step::ALL,
+        steps: Step::ALL,
         default_scale: 1.0,
         tree: KERNEL_TREE,
         big: 700 * MIB,

@@ -54,7 +54,7 @@ enum Cmd {
 }
 
 fn list() -> Result<ExitCode> {
-    for kind in lab::FsKind::ALL {
+    for &kind in lab::FsKind::ALL {
         match kind.check_available() {
             Ok(()) => println!("{:<9} available", kind.name()),
             Err(e) => println!("{:<9} unavailable: {e}", kind.name()),

@@ -4,7 +4,8 @@ use std::{fmt, fs, process::Command};
 
 use anyhow::{Result, bail};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "lowercase")]
 pub enum FsKind {
     Ext2,
     Ext3,
@@ -19,32 +20,10 @@ pub enum FsKind {
 }
 
 impl FsKind {
-    pub const ALL: [FsKind; 10] = [
-        FsKind::Ext2,
-        FsKind::Ext3,
-        FsKind::Ext4,
-        FsKind::Xfs,
-        FsKind::Btrfs,
-        FsKind::Ntfs,
-        FsKind::Jfs,
-        FsKind::Reiserfs,
-        FsKind::F2fs,
-        FsKind::Nilfs2,
-    ];
+    pub const ALL: &'static [FsKind] = <FsKind as strum::VariantArray>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            FsKind::Ext2 => "ext2",
-            FsKind::Ext3 => "ext3",
-            FsKind::Ext4 => "ext4",
-            FsKind::Xfs => "xfs",
-            FsKind::Btrfs => "btrfs",
-            FsKind::Ntfs => "ntfs",
-            FsKind::Jfs => "jfs",
-            FsKind::Reiserfs => "reiserfs",
-            FsKind::F2fs => "f2fs",
-            FsKind::Nilfs2 => "nilfs2",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Result<FsKind> {
@@ -161,6 +140,10 @@ mod tests {
     fn parse_names() {
         assert_eq!(FsKind::parse("XFS").unwrap(), FsKind::Xfs);
         assert_eq!(FsKind::parse("ntfs-3g").unwrap(), FsKind::Ntfs);
+        assert_eq!(FsKind::Nilfs2.name(), "nilfs2");
+        for &k in FsKind::ALL {
+            assert_eq!(FsKind::parse(k.name()).unwrap(), k);
+        }
         let e = FsKind::parse("zfs").unwrap_err().to_string();
         assert!(
             e.contains("unknown filesystem") && e.contains("ext4"),

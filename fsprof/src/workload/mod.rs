@@ -51,13 +51,13 @@ pub struct Ctx {
     pub job: Option<u32>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// The built-in steps, declared in an order where each finds what the earlier ones left
+/// (`ALL`); names are kebab-case, one spelling for the CLI, results and files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Step {
     /// Unpack a kernel tree (the real tarball or the synthetic kernel-like tree).
     ExtractTree,
-    /// Copy a tree in from another disk.
-    TreeIn,
     /// Copy the tree to another directory on the same filesystem.
     CopyTree,
     /// Recursive listing of the tree, saved to a file on the tested filesystem.
@@ -66,6 +66,8 @@ pub enum Step {
     Find,
     /// Delete the tree and its copy.
     DeleteTree,
+    /// Copy a tree in from another disk.
+    TreeIn,
     /// Copy a big file (ISO, video) in from another disk.
     BigIn,
     /// Copy the big file again on the same filesystem.
@@ -98,87 +100,19 @@ pub enum Step {
     IozoneRewrite,
     IozoneRead,
     IozoneReread,
-    #[serde(rename = "iozone-randread")]
+    #[strum(serialize = "iozone-randread")]
     IozoneRandRead,
-    #[serde(rename = "iozone-randwrite")]
+    #[strum(serialize = "iozone-randwrite")]
     IozoneRandWrite,
     IozoneLarge,
 }
 
 impl Step {
     /// Every step, in an order where each finds what the earlier ones left.
-    pub const ALL: [Step; 33] = [
-        Step::ExtractTree,
-        Step::CopyTree,
-        Step::ListTree,
-        Step::Find,
-        Step::DeleteTree,
-        Step::TreeIn,
-        Step::BigIn,
-        Step::BigCopy,
-        Step::Remux,
-        Step::DeleteBig,
-        Step::Db,
-        Step::Cpu,
-        Step::SeqWrite,
-        Step::SeqRead,
-        Step::BonniePutc,
-        Step::BonnieWrite,
-        Step::BonnieRewrite,
-        Step::BonnieGetc,
-        Step::BonnieRead,
-        Step::BonnieSeeks,
-        Step::BonnieSeqCreate,
-        Step::BonnieSeqStat,
-        Step::BonnieSeqDelete,
-        Step::BonnieRandCreate,
-        Step::BonnieRandStat,
-        Step::BonnieRandDelete,
-        Step::IozoneWrite,
-        Step::IozoneRewrite,
-        Step::IozoneRead,
-        Step::IozoneReread,
-        Step::IozoneRandRead,
-        Step::IozoneRandWrite,
-        Step::IozoneLarge,
-    ];
+    pub const ALL: &'static [Step] = <Step as strum::VariantArray>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            Step::ExtractTree => "extract-tree",
-            Step::TreeIn => "tree-in",
-            Step::CopyTree => "copy-tree",
-            Step::ListTree => "list-tree",
-            Step::Find => "find",
-            Step::DeleteTree => "delete-tree",
-            Step::BigIn => "big-in",
-            Step::BigCopy => "big-copy",
-            Step::Remux => "remux",
-            Step::DeleteBig => "delete-big",
-            Step::Db => "db",
-            Step::Cpu => "cpu",
-            Step::SeqWrite => "seq-write",
-            Step::SeqRead => "seq-read",
-            Step::BonniePutc => "bonnie-putc",
-            Step::BonnieWrite => "bonnie-write",
-            Step::BonnieRewrite => "bonnie-rewrite",
-            Step::BonnieGetc => "bonnie-getc",
-            Step::BonnieRead => "bonnie-read",
-            Step::BonnieSeeks => "bonnie-seeks",
-            Step::BonnieSeqCreate => "bonnie-seq-create",
-            Step::BonnieSeqStat => "bonnie-seq-stat",
-            Step::BonnieSeqDelete => "bonnie-seq-delete",
-            Step::BonnieRandCreate => "bonnie-rand-create",
-            Step::BonnieRandStat => "bonnie-rand-stat",
-            Step::BonnieRandDelete => "bonnie-rand-delete",
-            Step::IozoneWrite => "iozone-write",
-            Step::IozoneRewrite => "iozone-rewrite",
-            Step::IozoneRead => "iozone-read",
-            Step::IozoneReread => "iozone-reread",
-            Step::IozoneRandRead => "iozone-randread",
-            Step::IozoneRandWrite => "iozone-randwrite",
-            Step::IozoneLarge => "iozone-large",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Result<Step> {
@@ -396,11 +330,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn step_names_are_one_spelling_everywhere() {
-        for st in Step::ALL {
-            let json = serde_json::to_string(&st).unwrap();
-            assert_eq!(json, format!("\"{}\"", st.name()), "{st:?}");
-            assert_eq!(serde_json::from_str::<Step>(&json).unwrap(), st);
+    fn step_names_are_kebab_case_unique_and_parse_back() {
+        assert_eq!(Step::ALL.len(), 33);
+        assert_eq!(Step::ALL[0], Step::ExtractTree);
+        assert_eq!(Step::IozoneRandRead.name(), "iozone-randread");
+        assert_eq!(Step::BonnieSeqCreate.name(), "bonnie-seq-create");
+        let mut seen = std::collections::HashSet::new();
+        for &st in Step::ALL {
+            assert!(seen.insert(st.name()), "{} twice", st.name());
             assert_eq!(Step::parse(st.name()).unwrap(), st);
         }
     }
