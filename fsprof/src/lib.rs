@@ -29,3 +29,6 @@ pub mod workload;
 
 #[cfg(test)]
 mod layering;
+
+#[cfg(test)]
+mod json_docs;

@@ -10,7 +10,7 @@ use crate::{lab::Capacity, trace::TraceResult};
 /// Version of the results JSON (docs/json.md). Bump on any breaking change.
 pub const RUN_SCHEMA_VERSION: u32 = 1;
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunResult {
     pub schema_version: u32,
     pub fsprof_version: String,
@@ -33,7 +33,7 @@ pub struct RunResult {
     pub flames: RunFlames,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsRun {
     pub fs: String,
     pub mkfs_opts: Vec<String>,
@@ -53,7 +53,7 @@ impl FsRun {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PassRun {
     pub pass: u32,
     pub mkfs_ns: u64,
@@ -64,7 +64,7 @@ pub struct PassRun {
     pub steps: Vec<StepRun>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepRun {
     pub step: String,
     /// syncfs right after the step returned, traced with it: "returned" is the trace's
@@ -205,14 +205,14 @@ struct CsvRow<'a> {
 }
 
 /// Graph files of a run, paths relative to the results file's directory.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunFlames {
     /// step → fs → "off-cpu.svg" (etc.) → path.
     pub cells: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
     pub diffs: Vec<FlameDiff>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FlameDiff {
     pub step: String,
     /// The filesystem compared against (the run's first).

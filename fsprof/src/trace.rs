@@ -176,7 +176,7 @@ pub struct FlameOutput {
 }
 
 /// One traced interval, as printed and as written with `--json`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TraceResult {
     pub schema_version: u32,
     pub fsprof_version: String,

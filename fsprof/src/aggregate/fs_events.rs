@@ -11,7 +11,7 @@ use crate::{
     probes::{Probes, fs_events::watched_devs},
 };
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsEventCount {
     /// subsystem:event
     pub name: String,
@@ -21,7 +21,7 @@ pub struct FsEventCount {
     pub filtered: bool,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsPairRow {
     pub name: String,
     pub count: u64,
@@ -29,7 +29,7 @@ pub struct FsPairRow {
     pub latency: Summary,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsEventsProfile {
     pub subsystems: Vec<String>,
     /// Tracepoints attached / that exist but could not be attached.
@@ -50,7 +50,7 @@ pub struct FsEventsProfile {
     pub watched: Vec<WatchedFs>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WatchedFs {
     /// Superblock "major:minor".
     pub dev: String,

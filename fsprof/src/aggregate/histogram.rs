@@ -18,7 +18,7 @@ pub fn from_buckets(buckets: impl IntoIterator<Item = (u32, u64)>) -> Histogram<
 }
 
 /// Percentiles of a histogram; values in the histogram's unit (ns or bytes).
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Summary {
     pub count: u64,
     pub mean: f64,

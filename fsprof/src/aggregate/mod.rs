@@ -26,7 +26,7 @@ use crate::{
 use histogram::{Summary, from_buckets};
 
 /// Everything the kernel side aggregated for one traced interval.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Profile {
     /// One row per syscall the target made, by total time, longest first.
     pub syscalls: Vec<SyscallRow>,
@@ -47,7 +47,7 @@ pub struct Profile {
     pub probe_cost: Option<probe_cost::ProbeCost>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SyscallRow {
     pub nr: u32,
     pub name: String,
@@ -62,7 +62,7 @@ pub struct SyscallRow {
     pub latency: Summary,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClassTime {
     pub ns: u64,
     /// Number of contiguous intervals spent in the class.
@@ -71,7 +71,7 @@ pub struct ClassTime {
     pub episode: Option<Summary>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TimeSplit {
     pub on_cpu: ClassTime,
     pub io_wait: ClassTime,
@@ -107,7 +107,7 @@ impl TimeSplit {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BlockRow {
     /// "major:minor"
     pub dev: String,

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::probes::Probes;
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProgramCost {
     pub program: String,
     pub runs: u64,
@@ -13,7 +13,7 @@ pub struct ProgramCost {
     pub run_ns: u64,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeCost {
     /// Summed over programs: every run on every CPU, in any task or interrupt.
     pub runs: u64,

@@ -68,7 +68,7 @@ pub struct Stacks {
 }
 
 /// A stack shown in reports and kept in the JSON (`explain` reads these).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TopStack {
     pub class: String,
     pub ns: u64,
@@ -81,7 +81,7 @@ const TOP_STACKS: usize = 10;
 const TOP_FRAMES: usize = 16;
 
 /// What the stacks add up to, for the JSON and the reports.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StackSummary {
     /// Weight of one on-CPU sample.
     pub sample_period_ns: u64,
@@ -100,7 +100,7 @@ pub struct StackSummary {
 }
 
 /// Kernel threads' on-CPU work for the filesystem during the trace (sampled).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BackgroundSummary {
     /// Sampled on-CPU time of kernel threads attributed to the filesystem, ns.
     pub ns: u64,

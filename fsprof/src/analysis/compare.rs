@@ -30,7 +30,7 @@ impl Default for CompareOptions {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Regression,
@@ -42,7 +42,7 @@ pub enum Verdict {
     Untested,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Row {
     pub fs: String,
     pub step: String,
@@ -60,7 +60,7 @@ pub struct Row {
     pub verdict: Verdict,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct Comparison {
     pub rows: Vec<Row>,
     /// Differences between the runs that are not a result: kernels, mount options, …
