@@ -18,13 +18,11 @@ use fsprof::{
 pub const CHILD_CALLS: u64 = 3;
 pub const THREAD_CALLS: u64 = 20;
 
-/// True when running as root; otherwise prints why the calling test is skipped.
-pub fn root_or_skip(test: &str) -> bool {
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIPPED {test}: needs root (loads eBPF, makes loop filesystems)");
-    }
-    root
+/// Whether the tests that load eBPF and make loop filesystems can run.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    euid == 0
 }
 
 /// A fresh filesystem of `kind` and `size` bytes, with images under /var/tmp/fsprof-tests.

@@ -24,11 +24,7 @@ fn weight_where(
     folded.iter().filter(|(k, _)| pred(k)).map(|(_, v)| v).sum()
 }
 
-#[test]
-fn cpu_bound_binary_hot_function_tops_on_cpu_graph() {
-    if !root_or_skip("cpu_bound_binary_hot_function_tops_on_cpu_graph") {
-        return;
-    }
+pub fn cpu_bound_binary_hot_function_tops_on_cpu_graph() {
     let out = TempDir::new("hot");
     let bin = env!("CARGO_BIN_EXE_spawner");
     let r = trace_with_stacks(argv(&[bin, "spin", "1500"]), None, None, &out.0);
@@ -71,11 +67,7 @@ fn cpu_bound_binary_hot_function_tops_on_cpu_graph() {
     );
 }
 
-#[test]
-fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
-    if !root_or_skip("direct_io_off_cpu_is_io_wait_under_io_schedule") {
-        return;
-    }
+pub fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
     let out = TempDir::new("dio");
     let fs = lab(FsKind::Ext4, 512 << 20, "");
     let r = trace_with_stacks(
@@ -115,11 +107,7 @@ fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
     );
 }
 
-#[test]
-fn xfs_delete_tree_waits_in_xfs_and_leaves_background_work() {
-    if !root_or_skip("xfs_delete_tree_waits_in_xfs_and_leaves_background_work") {
-        return;
-    }
+pub fn xfs_delete_tree_waits_in_xfs_and_leaves_background_work() {
     let out = TempDir::new("xfsrm");
     let fs = lab(FsKind::Xfs, 1 << 30, "");
     make_tree(&fs.mountpoint().join("tree"), 300, 40).unwrap();
@@ -168,11 +156,7 @@ fn xfs_delete_tree_waits_in_xfs_and_leaves_background_work() {
     );
 }
 
-#[test]
-fn fs_events_count_only_the_filesystem_under_test() {
-    if !root_or_skip("fs_events_count_only_the_filesystem_under_test") {
-        return;
-    }
+pub fn fs_events_count_only_the_filesystem_under_test() {
     let out = TempDir::new("fsev");
     let fs = lab(FsKind::Ext4, 256 << 20, "");
     let host = std::env::temp_dir().join(format!("fsprof-host-fsync-{}", std::process::id()));
@@ -236,11 +220,7 @@ fn frame_fills(path: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
-    if !root_or_skip("run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral") {
-        return;
-    }
+pub fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
     let out = TempDir::new("runflames");
     let json = out.0.join("r.json");
     let st = Command::new(fsprof_bin())
@@ -313,11 +293,7 @@ fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
     assert!(other.iter().any(|f| f != "rgb(250,250,250)"), "{other:?}");
 }
 
-#[test]
-fn fuse_daemon_work_is_background_work() {
-    if !root_or_skip("fuse_daemon_work_is_background_work") {
-        return;
-    }
+pub fn fuse_daemon_work_is_background_work() {
     if FsKind::Ntfs.check_available().is_err() {
         eprintln!("SKIPPED fuse_daemon_work_is_background_work: no ntfs-3g");
         return;

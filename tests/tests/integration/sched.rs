@@ -14,11 +14,7 @@ fn close(ours: f64, theirs: f64) -> bool {
     (ours - theirs).abs() <= 0.10 * theirs + 0.05
 }
 
-#[test]
-fn wall_user_sys_agree_with_gnu_time() {
-    if !root_or_skip("wall_user_sys_agree_with_gnu_time") {
-        return;
-    }
+pub fn wall_user_sys_agree_with_gnu_time() {
     // User time (spinning) and system time (copying /dev/zero in 1 MiB calls: few
     // syscalls, so tracing overhead, measured by the bench, stays out of this comparison).
     let bin = env!("CARGO_BIN_EXE_spawner");
@@ -55,11 +51,7 @@ fn wall_user_sys_agree_with_gnu_time() {
     assert!(user > 0.5, "the spin must show as user time: {user}");
 }
 
-#[test]
-fn direct_io_writer_is_mostly_io_wait() {
-    if !root_or_skip("direct_io_writer_is_mostly_io_wait") {
-        return;
-    }
+pub fn direct_io_writer_is_mostly_io_wait() {
     let fs = lab(FsKind::Ext4, 512 << 20, "");
     let r = trace(
         argv(&[
@@ -83,11 +75,7 @@ fn direct_io_writer_is_mostly_io_wait() {
     );
 }
 
-#[test]
-fn cpu_bound_loop_is_on_cpu() {
-    if !root_or_skip("cpu_bound_loop_is_on_cpu") {
-        return;
-    }
+pub fn cpu_bound_loop_is_on_cpu() {
     let bin = env!("CARGO_BIN_EXE_spawner");
     let r = trace(argv(&[bin, "spin", "1000"]), None);
     let on = r.profile.time.on_cpu.ns;
@@ -106,11 +94,7 @@ fn cpu_bound_loop_is_on_cpu() {
     );
 }
 
-#[test]
-fn running_process_is_followed_with_pid() {
-    if !root_or_skip("running_process_is_followed_with_pid") {
-        return;
-    }
+pub fn running_process_is_followed_with_pid() {
     let bin = env!("CARGO_BIN_EXE_spawner");
     let mut child = Command::new(bin).args(["spin", "4000"]).spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));

@@ -4,11 +4,7 @@ use std::process::Command;
 
 use fsprof_tests::*;
 
-#[test]
-fn json_output_has_schema_and_figures() {
-    if !root_or_skip("json_output_has_schema_and_figures") {
-        return;
-    }
+pub fn json_output_has_schema_and_figures() {
     let json = std::env::temp_dir().join(format!("fsprof-cli-{}.json", std::process::id()));
     let flames = TempDir::new("cli-flames");
     let out = Command::new(fsprof_bin())
@@ -49,11 +45,7 @@ fn json_output_has_schema_and_figures() {
     assert!(v["wall_ns"].as_u64().unwrap() > 0);
 }
 
-#[test]
-fn exit_status_is_the_commands() {
-    if !root_or_skip("exit_status_is_the_commands") {
-        return;
-    }
+pub fn exit_status_is_the_commands() {
     let st = Command::new(fsprof_bin())
         .args(["trace", "--no-stacks", "--", "sh", "-c", "exit 7"])
         .output()
@@ -73,24 +65,19 @@ fn one_line_error(args: &[&str], needle: &str) {
     assert!(lines[0].contains(needle), "{err}");
 }
 
-#[test]
-fn bad_input_gives_one_line_errors() {
+pub fn bad_input_gives_one_line_errors() {
     one_line_error(
         &["trace", "--fs", "zfs", "--", "true"],
         "unknown filesystem \"zfs\"",
     );
-    if !root_or_skip("bad_input_gives_one_line_errors (root part)") {
-        return;
-    }
+}
+
+pub fn missing_commands_and_filesystems_are_one_line_errors() {
     one_line_error(&["trace", "--", "/nonexistent/cmd"], "cannot run");
     one_line_error(&["trace", "--fs", "jfs", "--", "true"], "jfs");
 }
 
-#[test]
-fn sigterm_mid_run_leaves_nothing_behind() {
-    if !root_or_skip("sigterm_mid_run_leaves_nothing_behind") {
-        return;
-    }
+pub fn sigterm_mid_run_leaves_nothing_behind() {
     // The command leaves a grandchild behind in the lab filesystem: fsprof must kill it,
     // unmount and detach anyway.
     let flames = TempDir::new("sigterm-flames");
@@ -123,11 +110,7 @@ fn sigterm_mid_run_leaves_nothing_behind() {
     assert!(!std::path::Path::new(mnt).exists(), "{mnt} left behind");
 }
 
-#[test]
-fn cleanup_removes_what_a_killed_run_left() {
-    if !root_or_skip("cleanup_removes_what_a_killed_run_left") {
-        return;
-    }
+pub fn cleanup_removes_what_a_killed_run_left() {
     // SIGKILL gives fsprof no chance to clean up: the mount, loop device and image stay.
     let mut child = Command::new(fsprof_bin())
         .args([

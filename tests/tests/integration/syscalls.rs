@@ -3,11 +3,7 @@
 use fsprof::lab::FsKind;
 use fsprof_tests::*;
 
-#[test]
-fn rm_rf_counts_equal_strace() {
-    if !root_or_skip("rm_rf_counts_equal_strace") {
-        return;
-    }
+pub fn rm_rf_counts_equal_strace() {
     let fs = lab(FsKind::Ext4, 256 << 20, "");
     let mnt = fs.mountpoint();
     make_tree(&mnt.join("a"), 30, 40).unwrap();
@@ -25,11 +21,7 @@ fn rm_rf_counts_equal_strace() {
     assert_eq!(ours, theirs, "fsprof (left) vs strace -c -f (right)");
 }
 
-#[test]
-fn children_and_threads_are_all_followed() {
-    if !root_or_skip("children_and_threads_are_all_followed") {
-        return;
-    }
+pub fn children_and_threads_are_all_followed() {
     let (children, threads) = (1000u64, 50u64);
     let bin = env!("CARGO_BIN_EXE_spawner");
     let r = trace(

@@ -11,11 +11,7 @@ use fsprof::{
 };
 use fsprof_tests::*;
 
-#[test]
-fn probe_cost_is_reported_and_below_the_targets_sys_time() {
-    if !root_or_skip("probe_cost_is_reported_and_below_the_targets_sys_time") {
-        return;
-    }
+pub fn probe_cost_is_reported_and_below_the_targets_sys_time() {
     let fs = lab(FsKind::Ext4, 256 << 20, "");
     make_tree(&fs.mountpoint().join("tree"), 20, 300).unwrap();
     drop_caches();
@@ -82,11 +78,7 @@ fn fsyncs_on_lab(set: FsEventSet) -> fsprof::aggregate::fs_events::FsEventsProfi
     r.profile.fs_events.expect("fs events traced")
 }
 
-#[test]
-fn curated_events_count_as_the_census_does() {
-    if !root_or_skip("curated_events_count_as_the_census_does") {
-        return;
-    }
+pub fn curated_events_count_as_the_census_does() {
     let curated = fsyncs_on_lab(FsEventSet::Curated);
     let census = fsyncs_on_lab(FsEventSet::Census);
     assert!(!curated.census && census.census);
@@ -138,11 +130,7 @@ fn fs_kind_of(p: &Path) -> String {
     m.fstype
 }
 
-#[test]
-fn fs_events_follow_the_target_not_its_cwd() {
-    if !root_or_skip("fs_events_follow_the_target_not_its_cwd") {
-        return;
-    }
+pub fn fs_events_follow_the_target_not_its_cwd() {
     let fs = lab(FsKind::Xfs, 512 << 20, "");
     let cwd = std::env::temp_dir();
     assert_ne!(
@@ -221,11 +209,7 @@ fn stats_holders() -> Vec<u32> {
     out
 }
 
-#[test]
-fn bpf_stats_end_with_fsprof_also_after_sigterm() {
-    if !root_or_skip("bpf_stats_end_with_fsprof_also_after_sigterm") {
-        return;
-    }
+pub fn bpf_stats_end_with_fsprof_also_after_sigterm() {
     let sysctl = || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
     let before = sysctl();
     assert!(

@@ -39,11 +39,7 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-#[test]
-fn html_report_renders_in_chromium() {
-    if !root_or_skip("html_report_renders_in_chromium") {
-        return;
-    }
+pub fn html_report_renders_in_chromium() {
     let dir = TempDir::new("html");
     let json = run(
         &dir.0,
@@ -158,11 +154,7 @@ fn html_report_renders_in_chromium() {
     assert!(md.status.success() && md_text.contains("## write") && md_text.contains(".svg)"));
 }
 
-#[test]
-fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
-    if !root_or_skip("compare_flags_nothing_against_itself_and_an_injected_slowdown") {
-        return;
-    }
+pub fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
     let dir = TempDir::new("compare");
     let files = "for i in $(seq 200); do echo x > {mnt}/f$i; done";
     let base = run(&dir.0, "base", "ext4", 3, &[&format!("files={files}")], &[]);
@@ -247,11 +239,7 @@ fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
     );
 }
 
-#[test]
-fn explain_names_io_wait_and_the_write_path_of_direct_io() {
-    if !root_or_skip("explain_names_io_wait_and_the_write_path_of_direct_io") {
-        return;
-    }
+pub fn explain_names_io_wait_and_the_write_path_of_direct_io() {
     let dir = TempDir::new("explain");
     let json = run(
         &dir.0,
@@ -318,11 +306,7 @@ fn explain_names_io_wait_and_the_write_path_of_direct_io() {
     );
 }
 
-#[test]
-fn broken_results_give_one_line_errors() {
-    if !root_or_skip("broken_results_give_one_line_errors") {
-        return;
-    }
+pub fn broken_results_give_one_line_errors() {
     let dir = TempDir::new("broken");
     let json = run(&dir.0, "r", "ext4", 1, &["t=touch {mnt}/x"], &[]);
     let text = std::fs::read_to_string(&json).unwrap();

@@ -1,0 +1,82 @@
+//! fsprof's integration tests, one binary: real eBPF programs, real loop filesystems, real
+//! workloads. Tests that need root (nearly all) are reported as ignored, not passed, when
+//! run without it; `cargo xtask test` runs them as root, one at a time.
+
+mod block;
+mod cli;
+mod overhead;
+mod reports;
+mod run;
+mod sched;
+mod stacks;
+mod syscalls;
+
+use libtest_mimic::{Arguments, Trial};
+
+/// `module::function` of each test, and whether it needs root.
+macro_rules! tests {
+    ($($root:ident $m:ident :: $f:ident),* $(,)?) => {
+        vec![$((concat!(stringify!($m), "::", stringify!($f)), $m::$f as fn(), tests!(@$root))),*]
+    };
+    (@root) => { true };
+    (@user) => { false };
+}
+
+fn main() {
+    let all = tests![
+        root block::loop_device_bytes_equal_sysfs_stat,
+        user cli::bad_input_gives_one_line_errors,
+        root cli::missing_commands_and_filesystems_are_one_line_errors,
+        root cli::json_output_has_schema_and_figures,
+        root cli::exit_status_is_the_commands,
+        root cli::sigterm_mid_run_leaves_nothing_behind,
+        root cli::cleanup_removes_what_a_killed_run_left,
+        root overhead::probe_cost_is_reported_and_below_the_targets_sys_time,
+        root overhead::curated_events_count_as_the_census_does,
+        root overhead::fs_events_follow_the_target_not_its_cwd,
+        root overhead::bpf_stats_end_with_fsprof_also_after_sigterm,
+        root reports::html_report_renders_in_chromium,
+        root reports::compare_flags_nothing_against_itself_and_an_injected_slowdown,
+        root reports::explain_names_io_wait_and_the_write_path_of_direct_io,
+        root reports::broken_results_give_one_line_errors,
+        root run::quick_suite_fills_every_cell,
+        root run::workloads_write_exactly_their_specs,
+        root run::capacity_matches_df,
+        root run::sigint_mid_run_leaves_nothing_and_a_valid_partial_file,
+        root run::devices_in_use_or_with_data_are_refused,
+        root run::external_and_pgbench_steps_are_traced,
+        root run::report_rerenders_results_and_rejects_broken_files,
+        user run::bad_names_are_one_line_errors,
+        root run::missing_mkfs_tools_are_one_line_errors,
+        root sched::wall_user_sys_agree_with_gnu_time,
+        root sched::direct_io_writer_is_mostly_io_wait,
+        root sched::cpu_bound_loop_is_on_cpu,
+        root sched::running_process_is_followed_with_pid,
+        root stacks::cpu_bound_binary_hot_function_tops_on_cpu_graph,
+        root stacks::direct_io_off_cpu_is_io_wait_under_io_schedule,
+        root stacks::xfs_delete_tree_waits_in_xfs_and_leaves_background_work,
+        root stacks::fs_events_count_only_the_filesystem_under_test,
+        root stacks::run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral,
+        root stacks::fuse_daemon_work_is_background_work,
+        root syscalls::rm_rf_counts_equal_strace,
+        root syscalls::children_and_threads_are_all_followed,
+    ];
+    let root = fsprof_tests::is_root();
+    let skipped = all.iter().filter(|t| t.2 && !root).count();
+    if skipped > 0 {
+        eprintln!(
+            "{skipped} tests need root (eBPF, loop devices) and are ignored: run `cargo xtask test` as root"
+        );
+    }
+    let trials = all
+        .into_iter()
+        .map(|(name, f, needs_root)| {
+            Trial::test(name, move || {
+                f();
+                Ok(())
+            })
+            .with_ignored_flag(needs_root && !root)
+        })
+        .collect();
+    libtest_mimic::run(&Arguments::from_args(), trials).exit();
+}
