@@ -114,6 +114,16 @@ pub fn sysfs_rw_bytes(dev: &Path) -> (u64, u64) {
     (f[2] * 512, f[6] * 512)
 }
 
+/// Fails with the command's stderr unless it exited 0.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// fsprof's binary, built next to the test executables (target/<profile>/fsprof).
 pub fn fsprof_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();

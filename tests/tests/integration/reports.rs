@@ -23,11 +23,7 @@ fn run(dir: &Path, tag: &str, fs: &str, passes: u32, steps: &[&str], extra: &[&s
         cmd.args(["--step", s]);
     }
     let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     json
 }
 
@@ -78,11 +74,7 @@ pub fn html_report_renders_in_chromium() {
         .arg(&url)
         .output()
         .expect("chromium (cargo xtask setup installs it)");
-    assert!(
-        shot.status.success(),
-        "{}",
-        String::from_utf8_lossy(&shot.stderr)
-    );
+    assert_success(&shot);
     assert!(
         std::fs::metadata(&png).unwrap().len() > 10_000,
         "screenshot too small"
@@ -254,11 +246,7 @@ pub fn explain_names_io_wait_and_the_write_path_of_direct_io() {
     );
     let ex = fsprof(&["explain", s(&json), "--step", "direct", "--fs", "ext4"]);
     let text = String::from_utf8_lossy(&ex.stdout);
-    assert!(
-        ex.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ex.stderr)
-    );
+    assert_success(&ex);
     let spent = text
         .lines()
         .find(|l| l.starts_with("The target's threads spent"))

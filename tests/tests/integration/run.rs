@@ -358,11 +358,7 @@ pub fn devices_in_use_or_with_data_are_refused() {
     // Empty device: accepted (a real run on it).
     let json = tmp_json("guard");
     let ok = run_on(&["--scale", "0.005", "--json", json.to_str().unwrap()]);
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert_success(&ok);
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(json.with_extension("csv"));
     let _ = std::fs::remove_dir_all(json.with_extension("flames"));

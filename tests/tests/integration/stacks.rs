@@ -235,11 +235,7 @@ pub fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
         .arg(&json)
         .output()
         .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    assert_success(&st);
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let cells = r["flames"]["cells"]["write"].as_object().unwrap();
@@ -279,11 +275,7 @@ pub fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
             .arg(&svg)
             .output()
             .unwrap();
-        assert!(
-            st.status.success(),
-            "{}",
-            String::from_utf8_lossy(&st.stderr)
-        );
+        assert_success(&st);
         frame_fills(&svg)
     };
     let same = diff(&ext4, &ext4, "self.svg");
