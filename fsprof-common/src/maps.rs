@@ -322,8 +322,10 @@ pub enum Counter {
     BuildIdTableFull = 6,
     /// (stack, class) weights that could not be created: that time is missing from stacks.
     StackWeightsFull = 7,
+    /// Wake edges that could not be created: that blocked time has no waker.
+    WakeWeightsFull = 8,
 }
-pub const COUNTERS: u32 = 8;
+pub const COUNTERS: u32 = 9;
 
 /// Frames kept per kernel stack and per user stack. Filesystem paths from a syscall down to
 /// io_schedule are 20-50 frames deep; deeper stacks are cut at the root end.
@@ -407,6 +409,23 @@ pub struct WeightKey {
     pub class: u32,
 }
 
+/// One edge of "who made it wait": a followed thread blocked in stack `blocked` (class
+/// `class`) until the task in stack `waker` woke it. The waker's stack is captured in the
+/// wakeup, so it holds the waker's process, comm and the kernel path that woke (an I/O
+/// completion in interrupt context, a lock release, a timer, a pipe write, …).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WakeKey {
+    pub blocked: u32,
+    pub waker: u32,
+    /// TimeClass the thread was blocked in.
+    pub class: u32,
+    pub _pad: u32,
+}
+
+/// Wake edges per trace.
+pub const MAX_WAKE_WEIGHTS: u32 = 16384;
+
 /// Time attributed to one (stack, class): off-CPU intervals (exact) or on-CPU samples
 /// (count × sample period).
 #[repr(C)]
@@ -476,6 +495,7 @@ mod pod {
     unsafe impl aya::Pod for StackKey {}
     unsafe impl aya::Pod for UserBuildIds {}
     unsafe impl aya::Pod for WeightKey {}
+    unsafe impl aya::Pod for WakeKey {}
     unsafe impl aya::Pod for Weight {}
     unsafe impl aya::Pod for FsEventCfg {}
     unsafe impl aya::Pod for PairKey {}

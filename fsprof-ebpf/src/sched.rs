@@ -17,7 +17,7 @@ use crate::{
         TASKS, config, count, current_tgid, current_tid, hist_add, lost, now, on_cpu, read_kernel,
         task_tid,
     },
-    stacks::{SLOT_SCHED, add_weight, capture, capture_user},
+    stacks::{SLOT_SCHED, add_wake, add_weight, capture, capture_user},
 };
 
 #[map]
@@ -153,16 +153,23 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-// TP_PROTO(struct task_struct *p): a sleeper becomes runnable; from here on it waits for
-// a CPU, which is run-queue time, not sleep.
-#[raw_tracepoint(tracepoint = "sched_wakeup")]
-pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
+// TP_PROTO(struct task_struct *p): a sleeper is being woken; from here on it waits for a
+// CPU, which is run-queue time, not sleep. sched_waking, not sched_wakeup: it runs in the
+// waker's own context even when the wakeup is queued to another CPU (then sched_wakeup
+// fires there, in an IPI), so with stacks on the waker's stack is what the blocked time
+// waited for.
+#[raw_tracepoint(tracepoint = "sched_waking")]
+pub fn sched_waking(ctx: RawTracePointContext) -> i32 {
     let ts = now();
     if let Some(tid) = task_tid(ctx.arg::<u64>(0))
         && let Some(t) = TASKS.get_ptr_mut(tid)
     {
         unsafe {
             if (*t).off_since != 0 && (*t).off_class != TimeClass::RunQueue as u32 {
+                if config().stacks != 0 {
+                    let ns = ts.saturating_sub((*t).off_since);
+                    add_wake(ctx.as_ptr(), (*t).stack, (*t).off_class, ns);
+                }
                 close_off_phase(t, ts);
                 (*t).off_since = ts;
                 (*t).off_class = TimeClass::RunQueue as u32;

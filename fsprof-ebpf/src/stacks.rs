@@ -13,8 +13,8 @@ use aya_ebpf::{
     programs::PerfEventContext,
 };
 use fsprof_common::{
-    Counter, MAX_STACK_WEIGHTS, MAX_STACKS, PF_KTHREAD, STACK_CLASS_BACKGROUND, StackKey,
-    TimeClass, UserBuildIds, UserLeafKey, UserStackKey, Weight, WeightKey,
+    Counter, MAX_STACK_WEIGHTS, MAX_STACKS, MAX_WAKE_WEIGHTS, PF_KTHREAD, STACK_CLASS_BACKGROUND,
+    StackKey, TimeClass, UserBuildIds, UserLeafKey, UserStackKey, WakeKey, Weight, WeightKey,
 };
 
 use crate::common::{TASKS, config, count, current_tgid, current_tid, entry, read_kernel};
@@ -46,6 +46,10 @@ static STACK_WEIGHTS: PerCpuHashMap<WeightKey, Weight> =
 /// core has none), and the two capturing contexts cannot interleave on one CPU (sched_switch
 /// runs with interrupts off, the sampler in the timer interrupt).
 #[map]
+static WAKE_WEIGHTS: PerCpuHashMap<WakeKey, Weight> =
+    PerCpuHashMap::with_max_entries(MAX_WAKE_WEIGHTS, 0);
+
+#[map]
 static STACK_SEQ: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 
 /// Processes (tgid) that do the filesystem's work in userspace, e.g. the ntfs-3g FUSE
@@ -55,14 +59,18 @@ static BACKGROUND_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(16, 0);
 
 /// Scratch space for a key (too big for the 512-byte BPF stack). One slot per context
 /// that captures, so a sample interrupting a capture in progress cannot corrupt it.
+// Scratch slots per program kind: a wakeup from an interrupt may run while sched_switch or
+// the sampler is half-way through its key on the same CPU.
 pub const SLOT_SCHED: u32 = 0;
 pub const SLOT_SAMPLE: u32 = 1;
+pub const SLOT_WAKE: u32 = 2;
+const SLOTS: u32 = 3;
 #[map]
-static KEY_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(2, 0);
+static KEY_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(SLOTS, 0);
 #[map]
-static BUILD_ID_SCRATCH: PerCpuArray<UserBuildIds> = PerCpuArray::with_max_entries(2, 0);
+static BUILD_ID_SCRATCH: PerCpuArray<UserBuildIds> = PerCpuArray::with_max_entries(SLOTS, 0);
 #[map]
-static USER_KEY_SCRATCH: PerCpuArray<UserStackKey> = PerCpuArray::with_max_entries(2, 0);
+static USER_KEY_SCRATCH: PerCpuArray<UserStackKey> = PerCpuArray::with_max_entries(SLOTS, 0);
 
 const KSTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::KSTACK_DEPTH]>() as u32;
 const USTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::USTACK_DEPTH]>() as u32;
@@ -187,6 +195,26 @@ pub fn add_weight(stack: u32, class: u32, ns: u64) {
             (*p).count += 1;
         },
         None => count(Counter::StackWeightsFull),
+    }
+}
+
+/// The waker of a blocked followed thread, as a stack id (its task and kernel path), and
+/// the blocked time that wakeup ended on the (blocked stack, waker) edge.
+#[inline(always)]
+pub fn add_wake(ctx: *mut core::ffi::c_void, blocked: u32, class: u32, ns: u64) {
+    let waker = capture(ctx, SLOT_WAKE, is_kthread(), 0);
+    let key = WakeKey {
+        blocked,
+        waker,
+        class,
+        _pad: 0,
+    };
+    match entry(&WAKE_WEIGHTS, &key) {
+        Some(p) => unsafe {
+            (*p).ns += ns;
+            (*p).count += 1;
+        },
+        None => count(Counter::WakeWeightsFull),
     }
 }
 

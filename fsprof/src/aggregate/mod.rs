@@ -8,6 +8,7 @@ pub mod probe_cost;
 pub mod stacks;
 pub mod symbols;
 pub mod user_maps;
+pub mod wakes;
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 

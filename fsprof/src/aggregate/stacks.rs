@@ -8,11 +8,15 @@ use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap};
 use fsprof_common::{
     BUILD_ID_VALID, BuildIdFrame, COUNTERS, Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass,
-    UserBuildIds, UserStackKey, Weight, WeightKey,
+    UserBuildIds, UserStackKey, WakeKey, Weight, WeightKey,
 };
 use serde::{Deserialize, Serialize};
 
-use super::{background, symbols, user_maps::UserMaps};
+use super::{
+    background, symbols,
+    user_maps::UserMaps,
+    wakes::{self, TopWake, WaitedFor, WakeEdge},
+};
 use crate::probes::Probes;
 
 /// Label of a stack class, as the reports and graphs print it.
@@ -65,6 +69,8 @@ pub struct Stacks {
     pub unattributed_background_ns: u64,
     pub problems: BTreeMap<String, u64>,
     pub distinct: u64,
+    /// Blocked intervals of the target by (blocked stack, waker).
+    pub wakes: Vec<WakeEdge>,
 }
 
 /// A stack shown in reports and kept in the JSON (`explain` reads these).
@@ -97,6 +103,12 @@ pub struct StackSummary {
     pub capture_problems: BTreeMap<String, u64>,
     pub top_on_cpu: Vec<TopStack>,
     pub top_off_cpu: Vec<TopStack>,
+    /// The off-CPU time by what ended it (see docs/json.md); adds up to `off_cpu_ns`.
+    #[serde(default)]
+    pub waited_for: Vec<WaitedFor>,
+    /// The heaviest (blocked stack, waker) pairs.
+    #[serde(default)]
+    pub top_wakes: Vec<TopWake>,
 }
 
 /// Kernel threads' on-CPU work for the filesystem during the trace (sampled).
@@ -141,11 +153,22 @@ impl Stacks {
                 .entry(TimeClass::ALL[s.class as usize].name().to_string())
                 .or_insert(0) += s.ns;
         }
+        let off_cpu_ns: u64 = off.iter().map(|s| s.ns).sum();
+        let run_queue = TimeClass::RunQueue as u32;
+        let run_queue_ns = off
+            .iter()
+            .filter(|s| s.class == run_queue)
+            .map(|s| s.ns)
+            .sum();
+        let tgids: std::collections::HashSet<u32> = self.target.iter().map(|s| s.tgid).collect();
+        let target = |t: u32| tgids.contains(&t);
         StackSummary {
+            waited_for: wakes::split(&self.wakes, &target, run_queue_ns, off_cpu_ns),
+            top_wakes: wakes::top(&self.wakes, &target, TOP_STACKS, TOP_FRAMES),
             sample_period_ns: self.sample_period_ns,
             on_cpu_samples: on.iter().map(|s| s.count).sum(),
             on_cpu_sampled_ns: on.iter().map(|s| s.ns).sum(),
-            off_cpu_ns: off.iter().map(|s| s.ns).sum(),
+            off_cpu_ns,
             off_cpu_by_class: by_class,
             distinct_stacks: self.distinct,
             capture_problems: self.problems.clone(),
@@ -236,6 +259,16 @@ fn by_id<K: aya::Pod>(ebpf: &aya::Ebpf, name: &str) -> Result<StdHashMap<u32, K>
     Ok(out)
 }
 
+/// Who a stack id belongs to and its frames, root first.
+#[derive(Default)]
+struct Resolved {
+    comm: String,
+    tgid: u32,
+    kthread: bool,
+    kernel: Vec<String>,
+    user: Vec<String>,
+}
+
 /// Extra (stack, class, ns) the caller adds: intervals still open at collection.
 pub type OpenInterval = (u32, u32, u64);
 
@@ -293,6 +326,7 @@ pub fn collect(
         (Counter::StackTableFull, "stack_table_full"),
         (Counter::BuildIdTableFull, "build_id_table_full"),
         (Counter::StackWeightsFull, "stack_weights_full"),
+        (Counter::WakeWeightsFull, "wake_weights_full"),
     ] {
         debug_assert!((c as u32) < COUNTERS);
         let n: u64 = events.get(&(c as u32), 0)?.iter().sum();
@@ -305,7 +339,54 @@ pub fn collect(
         .programs()
         .map(|(name, _)| name.chars().take(15).collect())
         .collect();
+    let wake_weights: PerCpuHashMap<_, WakeKey, Weight> =
+        PerCpuHashMap::try_from(ebpf.map("WAKE_WEIGHTS").context("WAKE_WEIGHTS map")?)?;
+    let mut wakes: Vec<(WakeKey, u64, u64)> = Vec::new();
+    for item in wake_weights.iter() {
+        let (k, v) = item?;
+        wakes.push((
+            k,
+            v.iter().map(|x| x.ns).sum(),
+            v.iter().map(|x| x.count).sum(),
+        ));
+    }
     symbols::with(|syms| {
+        // A stack id → who and where (frames root first), symbolized once per use.
+        let mut resolve = |id: u32, on_cpu: bool| -> Option<Resolved> {
+            let k = keys.get(&id)?;
+            let mut kernel = own_frames(syms.kernel(&nonzero(&k.kernel)), on_cpu, &programs);
+            kernel.reverse();
+            let uips = user_stacks
+                .get(&k.user)
+                .map(|u| nonzero(&u.user))
+                .unwrap_or_default();
+            let mut user = Vec::new();
+            if !uips.is_empty() {
+                let captured = build_ids.get(&k.user);
+                let frames: Vec<BuildIdFrame> = (0..uips.len())
+                    .map(|i| {
+                        captured
+                            .map(|b| b.frames[i])
+                            .filter(|f| f.status == BUILD_ID_VALID)
+                            .or_else(|| user_maps.place(k.tgid, uips[i], |id| syms.file_len(id)))
+                            .unwrap_or(BuildIdFrame {
+                                status: 0,
+                                build_id: [0; 20],
+                                offset_or_ip: 0,
+                            })
+                    })
+                    .collect();
+                user = syms.user(k.tgid, &uips, Some(&frames));
+                user.reverse();
+            }
+            Some(Resolved {
+                comm: comm_str(&k.comm),
+                tgid: k.tgid,
+                kthread: k.kthread != 0,
+                kernel,
+                user,
+            })
+        };
         for ((id, class), (ns, count)) in w {
             let mut s = WeightedStack {
                 class,
@@ -313,48 +394,19 @@ pub fn collect(
                 count,
                 ..Default::default()
             };
-            match keys.get(&id) {
-                Some(k) => {
-                    s.comm = comm_str(&k.comm);
-                    s.tgid = k.tgid;
-                    let on_cpu =
-                        class == TimeClass::OnCpu as u32 || class == STACK_CLASS_BACKGROUND;
-                    let mut kernel =
-                        own_frames(syms.kernel(&nonzero(&k.kernel)), on_cpu, &programs);
-                    kernel.reverse();
-                    s.kernel = kernel;
-                    let uips = user_stacks
-                        .get(&k.user)
-                        .map(|u| nonzero(&u.user))
-                        .unwrap_or_default();
-                    if !uips.is_empty() {
-                        let captured = build_ids.get(&k.user);
-                        let frames: Vec<BuildIdFrame> = (0..uips.len())
-                            .map(|i| {
-                                captured
-                                    .map(|b| b.frames[i])
-                                    .filter(|f| f.status == BUILD_ID_VALID)
-                                    .or_else(|| {
-                                        user_maps.place(k.tgid, uips[i], |id| syms.file_len(id))
-                                    })
-                                    .unwrap_or(BuildIdFrame {
-                                        status: 0,
-                                        build_id: [0; 20],
-                                        offset_or_ip: 0,
-                                    })
-                            })
-                            .collect();
-                        let mut user = syms.user(k.tgid, &uips, Some(&frames));
-                        user.reverse();
-                        s.user = user;
-                    }
+            let on_cpu = class == TimeClass::OnCpu as u32 || class == STACK_CLASS_BACKGROUND;
+            let who = resolve(id, on_cpu);
+            match &who {
+                Some(r) => {
+                    s.comm = r.comm.clone();
+                    s.tgid = r.tgid;
+                    s.kernel = r.kernel.clone();
+                    s.user = r.user.clone();
                 }
-                None => {
-                    s.comm = "[stack unavailable]".to_string();
-                }
+                None => s.comm = "[stack unavailable]".to_string(),
             }
             // A userspace daemon's samples (FUSE) are background work by who it is.
-            let daemon = keys.get(&id).is_some_and(|k| k.kthread == 0);
+            let daemon = who.as_ref().is_some_and(|r| !r.kthread);
             if class == STACK_CLASS_BACKGROUND && daemon {
                 s.group = Some(format!("fs daemon ({})", s.comm));
                 stacks.background.push(s);
@@ -369,6 +421,22 @@ pub fn collect(
             } else {
                 stacks.target.push(s);
             }
+        }
+        for (k, ns, count) in wakes {
+            let blocked = resolve(k.blocked, false).unwrap_or_default();
+            let waker = resolve(k.waker, false).unwrap_or_default();
+            stacks.wakes.push(WakeEdge {
+                class: k.class,
+                comm: blocked.comm,
+                blocked_kernel: blocked.kernel,
+                blocked_user: blocked.user,
+                waker_comm: waker.comm,
+                waker_tgid: waker.tgid,
+                waker_kthread: waker.kthread,
+                waker_kernel: waker.kernel,
+                ns,
+                count,
+            });
         }
     });
     Ok(Some(stacks))

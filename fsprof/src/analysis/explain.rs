@@ -7,7 +7,10 @@ use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Result, bail};
 
-use crate::{aggregate::background::FS_PREFIXES, analysis::stats::median};
+use crate::{
+    aggregate::{background::FS_PREFIXES, wakes},
+    analysis::stats::median,
+};
 
 use crate::{
     aggregate::folded::{self, Folded},
@@ -148,6 +151,62 @@ impl<'a> Cell<'a> {
             on: folded("on-cpu.folded"),
             runs,
         })
+    }
+    /// Median ns per "waited for" over the passes (a pass without one counts 0), largest
+    /// first; empty when the cell had no stacks.
+    fn waited_for(&self) -> Vec<(String, u64)> {
+        let mut names: Vec<String> = Vec::new();
+        for s in &self.runs {
+            for w in s.trace.stacks.iter().flat_map(|st| &st.waited_for) {
+                if !names.contains(&w.what) {
+                    names.push(w.what.clone());
+                }
+            }
+        }
+        let mut v: Vec<(String, u64)> = names
+            .into_iter()
+            .map(|n| {
+                let ns = self.med(|s| {
+                    s.trace
+                        .stacks
+                        .iter()
+                        .flat_map(|st| &st.waited_for)
+                        .filter(|w| w.what == n)
+                        .map(|w| w.ns)
+                        .sum()
+                });
+                (n, ns)
+            })
+            .collect();
+        v.sort_by_key(|(_, ns)| std::cmp::Reverse(*ns));
+        v
+    }
+    /// The heaviest (blocked stack, waker) pair of the first pass, as a sentence part.
+    fn top_wake(&self) -> Option<String> {
+        let t = self
+            .runs
+            .first()?
+            .trace
+            .stacks
+            .as_ref()?
+            .top_wakes
+            .first()?;
+        let frames = |f: &[String]| {
+            wakes::past_plumbing(f)
+                .iter()
+                .take(3)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" ← ")
+        };
+        Some(format!(
+            "{} waited {} in {} until {} woke it ({})",
+            t.comm,
+            seconds(t.ns),
+            frames(&t.blocked),
+            t.waker,
+            frames(&t.waker_frames)
+        ))
     }
     fn med(&self, f: impl Fn(&StepRun) -> u64) -> u64 {
         median(self.runs.iter().map(|s| f(s)).collect())
@@ -365,6 +424,20 @@ fn one(c: &Cell, step: &str) -> Vec<String> {
     if !calls.is_empty() {
         out.push(format!("Most syscall time: {}.", calls.join("; ")));
     }
+    let waited = c.waited_for();
+    let off: u64 = waited.iter().map(|(_, ns)| ns).sum();
+    let parts: Vec<String> = waited
+        .iter()
+        .filter(|(_, ns)| *ns >= 500_000)
+        .take(5)
+        .map(|(w, ns)| format!("{w} {} ({})", seconds(*ns), pct(*ns, off)))
+        .collect();
+    if !parts.is_empty() {
+        out.push(format!("Off-CPU, by what ended it: {}.", parts.join(", ")));
+    }
+    if let Some(t) = c.top_wake() {
+        out.push(format!("Heaviest wait: {t}."));
+    }
     let waits = top_paths(c, true, 3);
     if !waits.is_empty() {
         out.push(format!("Longest waits: {}.", waits.join("; ")));
@@ -438,6 +511,39 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
         .collect();
     if !shrank.is_empty() {
         out.push(format!("Time that shrank: {}.", shrank.join(", ")));
+    }
+    let (wfa, wfb) = (a.waited_for(), b.waited_for());
+    let of = |v: &[(String, u64)], n: &str| v.iter().find(|(w, _)| w == n).map_or(0, |x| x.1);
+    let mut names: Vec<&String> = wfa.iter().chain(&wfb).map(|(n, _)| n).collect();
+    names.sort();
+    names.dedup();
+    let mut grew_w: Vec<(i128, String)> = names
+        .into_iter()
+        .map(|n| (of(&wfa, n) as i128 - of(&wfb, n) as i128, n.clone()))
+        .filter(|(d, _)| *d > 500_000)
+        .collect();
+    grew_w.sort_by_key(|(d, _)| std::cmp::Reverse(*d));
+    if !grew_w.is_empty() {
+        let parts: Vec<String> = grew_w
+            .iter()
+            .take(3)
+            .map(|(d, n)| {
+                format!(
+                    "{n} {} ({} vs {})",
+                    signed(*d),
+                    seconds(of(&wfa, n)),
+                    seconds(of(&wfb, n))
+                )
+            })
+            .collect();
+        out.push(format!(
+            "Waits that grew on {}, by what ended them: {}.",
+            a.fs,
+            parts.join(", ")
+        ));
+        if let Some(t) = a.top_wake() {
+            out.push(format!("On {}, {t}.", a.fs));
+        }
     }
     let (ba, bb) = (a.background(), b.background());
     if ba > 0 || bb > 0 {

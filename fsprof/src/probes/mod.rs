@@ -32,7 +32,7 @@ const REQUIRED: &[&str] = &[
     "sys_enter",
     "sys_exit",
     "sched_switch",
-    "sched_wakeup",
+    "sched_waking",
     "sched_process_fork",
     "sched_process_exec",
     "block_rq_issue",

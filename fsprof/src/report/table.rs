@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use fsprof_common::TimeClass;
 
+use crate::aggregate::wakes;
 use crate::trace::TraceResult;
 use crate::units::{bytes, duration_ns, percent, seconds};
 
@@ -219,6 +220,25 @@ fn render_stacks(o: &mut String, r: &TraceResult) {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         let _ = writeln!(o, "  stack capture problems: {}", p.join(" "));
+    }
+    if !s.waited_for.is_empty() {
+        let parts: Vec<String> = s
+            .waited_for
+            .iter()
+            .map(|w| format!("{} {}", w.what, seconds(w.ns)))
+            .collect();
+        let _ = writeln!(o, "off-CPU, by what ended it: {}", parts.join(", "));
+        for t in s.top_wakes.iter().take(3) {
+            let _ = writeln!(
+                o,
+                "  {:>8} {} in {}\n           woken by {}: {}",
+                seconds(t.ns),
+                t.comm,
+                path(wakes::past_plumbing(&t.blocked), 6),
+                t.waker,
+                path(wakes::past_plumbing(&t.waker_frames), 6)
+            );
+        }
     }
     for (title, list) in [
         ("top off-CPU stacks", &s.top_off_cpu),

@@ -54,6 +54,7 @@ fn main() {
         root sched::running_process_is_followed_with_pid,
         root stacks::cpu_bound_binary_hot_function_tops_on_cpu_graph,
         root stacks::direct_io_off_cpu_is_io_wait_under_io_schedule,
+        root stacks::pipe_and_child_waits_name_the_thread_that_woke_them,
         root stacks::xfs_delete_tree_waits_in_xfs_and_leaves_background_work,
         root stacks::fs_events_count_only_the_filesystem_under_test,
         root stacks::run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral,

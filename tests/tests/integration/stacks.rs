@@ -1,5 +1,6 @@
 //! Stacks and flame graphs against the real kernel: the hot function of a CPU-bound binary
-//! tops its on-CPU graph; a direct-I/O writer waits in io_schedule; an xfs tree delete
+//! tops its on-CPU graph; a direct-I/O writer waits in io_schedule, woken by block
+//! completions; pipe and child waits name the thread that woke them; an xfs tree delete
 //! waits in xfs code and leaves xfs background work; stack weights add up to the tracer's
 //! time classes; every SVG is XML naming its cell; a self-diff shows no change.
 
@@ -105,6 +106,60 @@ pub fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
         s.off_cpu_by_class["io_wait"], r.profile.time.io_wait.ns,
         "{s:?}"
     );
+    // What ended the waits: block completions, run from interrupt context.
+    assert_eq!(waited_total(s), s.off_cpu_ns, "{:?}", s.waited_for);
+    let disk = waited(s, "disk I/O");
+    assert!(
+        disk as f64 > 0.8 * r.profile.time.io_wait.ns as f64,
+        "disk I/O {disk} ns of {} ns I/O wait: {:?}",
+        r.profile.time.io_wait.ns,
+        s.waited_for
+    );
+    let top = &s.top_wakes[0];
+    assert_eq!(
+        (top.what.as_str(), top.waker.as_str()),
+        ("disk I/O", "interrupt"),
+        "{top:?}"
+    );
+}
+
+/// Off-CPU ns attributed to `what`.
+fn waited(s: &fsprof::aggregate::stacks::StackSummary, what: &str) -> u64 {
+    s.waited_for
+        .iter()
+        .filter(|w| w.what == what)
+        .map(|w| w.ns)
+        .sum()
+}
+
+fn waited_total(s: &fsprof::aggregate::stacks::StackSummary) -> u64 {
+    s.waited_for.iter().map(|w| w.ns).sum()
+}
+
+pub fn pipe_and_child_waits_name_the_thread_that_woke_them() {
+    let out = TempDir::new("wake");
+    // cat waits on the pipe until sleep exits; sh waits for both; sleep waits for a timer.
+    let r = trace_with_stacks(argv(&["sh", "-c", "sleep 0.3 | cat"]), None, None, &out.0);
+    let s = r.stacks.as_ref().unwrap();
+    assert_eq!(waited_total(s), s.off_cpu_ns, "{:?}", s.waited_for);
+    let own = waited(s, "the target's own threads");
+    let timer = waited(s, "sleep or timer");
+    assert!(
+        own >= 250_000_000 && timer >= 250_000_000,
+        "{:?}",
+        s.waited_for
+    );
+    let cat = s
+        .top_wakes
+        .iter()
+        .find(|t| t.comm == "cat")
+        .unwrap_or_else(|| panic!("{:?}", s.top_wakes));
+    assert_eq!(cat.waker, "target", "{cat:?}");
+    assert!(
+        cat.blocked.iter().any(|f| f.contains("pipe_read")),
+        "{cat:?}"
+    );
+    assert!(cat.ns >= 250_000_000, "{cat:?}");
 }
 
 pub fn xfs_delete_tree_waits_in_xfs_and_leaves_background_work() {
@@ -148,6 +203,22 @@ pub fn xfs_delete_tree_waits_in_xfs_and_leaves_background_work() {
         "no inodegc work in background: {bg:?}"
     );
     assert!(r.quiesce_ns.is_some());
+    // Part of rm's blocked time ends when an xfs kernel thread (ioend, inodegc, CIL push)
+    // releases what rm waited for.
+    let s = r.stacks.as_ref().unwrap();
+    assert_eq!(waited_total(s), s.off_cpu_ns, "{:?}", s.waited_for);
+    let by_xfs: u64 = s
+        .waited_for
+        .iter()
+        .filter(|w| w.what.contains("by xfs-"))
+        .map(|w| w.ns)
+        .sum();
+    let blocked = r.profile.time.uninterruptible.ns + r.profile.time.io_wait.ns;
+    assert!(
+        by_xfs as f64 > 0.05 * blocked as f64,
+        "{by_xfs} of {blocked} ns blocked released by xfs threads: {:?}",
+        s.waited_for
+    );
     let f = r.profile.fs_events.as_ref().unwrap();
     assert!(
         f.events
