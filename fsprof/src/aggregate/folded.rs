@@ -11,7 +11,10 @@ use std::{
 use anyhow::{Context, Result, bail};
 use fsprof_common::TimeClass;
 
-use super::stacks::{Stacks, WeightedStack, class_label};
+use super::{
+    stacks::{Stacks, WeightedStack, class_label},
+    wakes,
+};
 
 /// Folded stacks: "frame;frame;… " → weight in µs.
 pub type Folded = BTreeMap<String, u64>;
@@ -22,16 +25,25 @@ pub enum Kind {
     OffCpu,
     Combined,
     Background,
+    /// Blocked stacks with the stack that woke them on top (Gregg's off-wake graph).
+    OffWake,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::OnCpu, Kind::OffCpu, Kind::Combined, Kind::Background];
+    pub const ALL: [Kind; 5] = [
+        Kind::OnCpu,
+        Kind::OffCpu,
+        Kind::Combined,
+        Kind::Background,
+        Kind::OffWake,
+    ];
     pub fn file_stem(self) -> &'static str {
         match self {
             Kind::OnCpu => "on-cpu",
             Kind::OffCpu => "off-cpu",
             Kind::Combined => "combined",
             Kind::Background => "background",
+            Kind::OffWake => "off-wake",
         }
     }
     /// What the width of a frame means, for titles.
@@ -44,6 +56,10 @@ impl Kind {
             }
             Kind::Background => {
                 "width = on-CPU time of kernel threads working for the filesystem (sampled), µs"
+            }
+            Kind::OffWake => {
+                "width = blocked time of the target's threads; above the [woken by …] frame, \
+                 the waker's stack, leaf first, µs"
             }
         }
     }
@@ -108,6 +124,27 @@ pub fn fold(stacks: &Stacks, kind: Kind) -> Folded {
                     push_frames(&mut fr, s, "_[w]", "_[w]");
                 }
                 add(&mut f, fr, s.ns);
+            }
+        }
+        Kind::OffWake => {
+            // Blocked stack root → leaf (blues), a frame naming the waker and what the time
+            // waited for, then the waker's stack from the wakeup (leaf) down to its root.
+            let tgids: std::collections::HashSet<u32> =
+                stacks.target.iter().map(|s| s.tgid).collect();
+            let target = |t: u32| tgids.contains(&t);
+            for e in &stacks.wakes {
+                let mut fr = vec![clean(&e.comm), format!("{}_[w]", class_frame(e.class))];
+                fr.extend(e.blocked_user.iter().map(|f| format!("{}_[w]", clean(f))));
+                fr.extend(e.blocked_kernel.iter().map(|f| format!("{}_[w]", clean(f))));
+                fr.push(format!("[{}]", clean(&wakes::waited_for(e, &target))));
+                fr.extend(
+                    e.waker_kernel
+                        .iter()
+                        .rev()
+                        .map(|f| format!("{}_[k]", clean(f))),
+                );
+                fr.push(clean(thread_base(&e.waker_comm)));
+                add(&mut f, fr, e.ns);
             }
         }
         Kind::Background => {
@@ -206,5 +243,6 @@ pub fn kind_title(kind: Kind) -> &'static str {
         Kind::OffCpu => "off-CPU",
         Kind::Combined => "on- and off-CPU",
         Kind::Background => "kernel background work",
+        Kind::OffWake => "off-CPU with wakers",
     }
 }

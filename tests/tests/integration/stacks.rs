@@ -121,6 +121,15 @@ pub fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
         ("disk I/O", "interrupt"),
         "{top:?}"
     );
+    // The off-wake graph: blocked stacks with the completion that woke them on top.
+    let wake = read_folded(Path::new(&r.flames["off-wake.folded"]));
+    let by_disk = weight_where(&wake, |k| {
+        k.contains(";[disk I/O];") && k.contains("blk_mq_end_request_[k]")
+    });
+    assert!(
+        by_disk as f64 > 0.8 * us(r.profile.time.io_wait.ns),
+        "{by_disk} µs under [disk I/O]: {wake:#?}"
+    );
 }
 
 /// Off-CPU ns attributed to `what`.
