@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 
 use crate::{
     aggregate::{background::FS_PREFIXES, wakes},
-    analysis::stats::median,
+    analysis::{metrics, stats::median},
 };
 
 use crate::{
@@ -152,34 +152,8 @@ impl<'a> Cell<'a> {
             runs,
         })
     }
-    /// Median ns per "waited for" over the passes (a pass without one counts 0), largest
-    /// first; empty when the cell had no stacks.
     fn waited_for(&self) -> Vec<(String, u64)> {
-        let mut names: Vec<String> = Vec::new();
-        for s in &self.runs {
-            for w in s.trace.stacks.iter().flat_map(|st| &st.waited_for) {
-                if !names.contains(&w.what) {
-                    names.push(w.what.clone());
-                }
-            }
-        }
-        let mut v: Vec<(String, u64)> = names
-            .into_iter()
-            .map(|n| {
-                let ns = self.med(|s| {
-                    s.trace
-                        .stacks
-                        .iter()
-                        .flat_map(|st| &st.waited_for)
-                        .filter(|w| w.what == n)
-                        .map(|w| w.ns)
-                        .sum()
-                });
-                (n, ns)
-            })
-            .collect();
-        v.sort_by_key(|(_, ns)| std::cmp::Reverse(*ns));
-        v
+        metrics::waited_for_medians(&self.runs)
     }
     /// The heaviest (blocked stack, waker) pair of the first pass, as a sentence part.
     fn top_wake(&self) -> Option<String> {

@@ -1,6 +1,7 @@
 //! The figures of a cell (filesystem × step) that compare and explain reason about, one
 //! value per pass.
 
+use super::stats::median;
 use crate::results::StepRun;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +36,41 @@ fn metric(name: &str, unit: Unit, runs: &[&StepRun], f: impl Fn(&StepRun) -> f64
         higher_is_worse: unit == Unit::Ns,
         values: runs.iter().map(|s| f(s)).collect(),
     }
+}
+
+/// Off-CPU ns of one pass that waited for `what` (0 without stacks or such waits).
+pub fn waited_ns(s: &StepRun, what: &str) -> u64 {
+    s.trace
+        .stacks
+        .iter()
+        .flat_map(|st| &st.waited_for)
+        .filter(|w| w.what == what)
+        .map(|w| w.ns)
+        .sum()
+}
+
+/// Median ns over the passes of every "waited for" any pass has (a pass without one counts
+/// 0), largest first; empty without stacks.
+pub fn waited_for_medians(runs: &[&StepRun]) -> Vec<(String, u64)> {
+    let mut names: Vec<&str> = Vec::new();
+    for s in runs {
+        for w in s.trace.stacks.iter().flat_map(|st| &st.waited_for) {
+            if !names.contains(&w.what.as_str()) {
+                names.push(&w.what);
+            }
+        }
+    }
+    let mut v: Vec<(String, u64)> = names
+        .into_iter()
+        .map(|n| {
+            (
+                n.to_string(),
+                median(runs.iter().map(|s| waited_ns(s, n)).collect()),
+            )
+        })
+        .collect();
+    v.sort_by_key(|(_, ns)| std::cmp::Reverse(*ns));
+    v
 }
 
 /// Every figure of the cell: times, time classes, background, throughput, per-syscall and
@@ -78,6 +114,21 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
     let Some(first) = runs.first() else {
         return out;
     };
+    // What the off-CPU time waited for (needs stacks), where it is 1 % of wall or more.
+    for (what, _) in waited_for_medians(runs) {
+        let values: Vec<f64> = runs.iter().map(|s| waited_ns(s, &what) as f64).collect();
+        if values
+            .iter()
+            .any(|v| *v >= 0.01 * first.trace.wall_ns as f64)
+        {
+            out.push(Metric {
+                name: format!("waited for {what}"),
+                unit: ns,
+                higher_is_worse: true,
+                values,
+            });
+        }
+    }
     for sc in &first.trace.profile.syscalls {
         // Only calls that matter to the cell: 1 % of its wall time or more.
         if (sc.total_ns as f64) < 0.01 * first.trace.wall_ns as f64 {

@@ -14,7 +14,7 @@ use super::{
 use crate::units::{bytes, seconds};
 use crate::{
     aggregate::histogram::Summary,
-    analysis::stats::median,
+    analysis::{metrics, stats::median},
     results::{FsRun, RunResult, StepRun, dir_of},
 };
 
@@ -251,6 +251,29 @@ fn table(r: &RunResult, step: &str) -> String {
     o
 }
 
+/// Per filesystem, what the step's off-CPU time waited for (medians over passes).
+fn waited_for(r: &RunResult, step: &str) -> String {
+    let mut o = String::new();
+    for f in &r.filesystems {
+        let w = metrics::waited_for_medians(&f.runs_of(step));
+        if w.is_empty() {
+            continue;
+        }
+        let parts: Vec<String> = w
+            .iter()
+            .filter(|(_, ns)| *ns >= 1_000_000)
+            .map(|(what, ns)| format!("{} {}", esc(what), seconds(*ns)))
+            .collect();
+        let _ = write!(
+            o,
+            "<p class=\"waits\"><b>{}</b> off-CPU, by what ended it: {}</p>",
+            esc(&f.fs),
+            parts.join(", ")
+        );
+    }
+    o
+}
+
 /// The summary on top: per step and filesystem the median time, CPU, where the time went
 /// and the ratio to the fastest, each step linking to its section; page-cache steps flagged.
 fn summary(r: &RunResult) -> String {
@@ -345,7 +368,7 @@ th:first-child,td:first-child{text-align:left}.grid td,.grid th{border-bottom:1p
 .facts th{text-align:left;color:#555}.charts{display:flex;flex-wrap:wrap;gap:12px}\
 .flames iframe{width:100%;height:620px;border:1px solid #ccc}\
 .pick button{margin:2px;font-size:12px}.pick button.on{background:#2e86ab;color:#fff}\
-.warn{color:#b00;font-weight:bold}";
+.warn{color:#b00;font-weight:bold}.waits{font-size:13px;margin:4px 0}";
 
 /// Loads a flame graph on demand; counts the rendered charts into `data-charts` (the
 /// report's test reads it from the DOM).
@@ -387,6 +410,7 @@ pub fn render(r: &RunResult, results: &Path, html: &Path) -> String {
     for (i, step) in r.step_names().iter().enumerate() {
         let _ = write!(o, "<h2 id=\"step{i}\">{}</h2>", esc(step));
         o.push_str(&table(r, step));
+        o.push_str(&waited_for(r, step));
         o.push_str("<div class=\"charts\">");
         o.push_str(&time_chart(r, step));
         for c in latency_charts(r, step) {

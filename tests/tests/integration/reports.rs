@@ -136,6 +136,18 @@ pub fn html_report_renders_in_chromium() {
             "{script}"
         );
     }
+    // Per step and filesystem, what the off-CPU time waited for: the direct writes, the disk.
+    let waits: Vec<&str> = text
+        .split("<p class=\"waits\">")
+        .skip(1)
+        .filter_map(|p| p.split("</p>").next())
+        .collect();
+    assert!(
+        waits
+            .iter()
+            .any(|p| p.starts_with("<b>ext4</b>") && p.contains("disk I/O")),
+        "{waits:#?}"
+    );
     // The summary on top links to each step's section.
     assert!(
         text.contains("<h2>Summary</h2>") && text.contains("<a href=\"#step1\">it's-delete</a>")
@@ -185,6 +197,17 @@ pub fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
         .unwrap();
     assert_eq!(wall["verdict"], "regression", "{wall}");
     assert!(wall["p"].as_f64().unwrap() < 0.05);
+    // ... and says what the extra time waited for (the syncs wait for commits and the disk).
+    let waits: Vec<&serde_json::Value> = c["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["metric"].as_str().unwrap().starts_with("waited for "))
+        .collect();
+    assert!(
+        waits.iter().any(|r| r["verdict"] == "regression"),
+        "{waits:#?}"
+    );
     // The page shows the flagged cell's differential flame graphs, which exist.
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("ext4 files: new against base"), "{html}");
