@@ -18,6 +18,11 @@ pub const MAX_FILTER_DEVS: u32 = 64;
 /// Where a target thread's time goes, in the scheduler's terms.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "user",
+    derive(strum::IntoStaticStr, strum::VariantArray),
+    strum(serialize_all = "snake_case")
+)]
 pub enum TimeClass {
     /// Running on a CPU.
     OnCpu = 0,
@@ -34,31 +39,15 @@ pub enum TimeClass {
 }
 pub const TIME_CLASSES: u32 = 6;
 
-impl TimeClass {
-    pub const ALL: [TimeClass; TIME_CLASSES as usize] = [
-        TimeClass::OnCpu,
-        TimeClass::IoWait,
-        TimeClass::Uninterruptible,
-        TimeClass::Sleep,
-        TimeClass::RunQueue,
-        TimeClass::Other,
-    ];
-    pub const fn name(self) -> &'static str {
-        match self {
-            TimeClass::OnCpu => "on_cpu",
-            TimeClass::IoWait => "io_wait",
-            TimeClass::Uninterruptible => "uninterruptible",
-            TimeClass::Sleep => "sleep",
-            TimeClass::RunQueue => "run_queue",
-            TimeClass::Other => "other",
-        }
-    }
-}
-
 /// Block request classes, following the kernel's own I/O accounting (`op_stat_group`):
 /// WRITE_ZEROES counts as a write, as it does in /sys/block/*/stat.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "user",
+    derive(strum::IntoStaticStr, strum::VariantArray),
+    strum(serialize_all = "snake_case")
+)]
 pub enum BlockClass {
     Read = 0,
     Write = 1,
@@ -79,14 +68,6 @@ const REQ_OP_WRITE_ZEROES: u32 = 9;
 pub const REQ_OP_MASK: u32 = 0xff;
 
 impl BlockClass {
-    pub const ALL: [BlockClass; BLOCK_CLASSES as usize] = [
-        BlockClass::Read,
-        BlockClass::Write,
-        BlockClass::Flush,
-        BlockClass::Discard,
-        BlockClass::Other,
-    ];
-
     #[inline(always)]
     pub fn from_cmd_flags(flags: u32) -> BlockClass {
         match flags & REQ_OP_MASK {
@@ -96,23 +77,6 @@ impl BlockClass {
             REQ_OP_DISCARD | REQ_OP_SECURE_ERASE => BlockClass::Discard,
             _ => BlockClass::Other,
         }
-    }
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            BlockClass::Read => "read",
-            BlockClass::Write => "write",
-            BlockClass::Flush => "flush",
-            BlockClass::Discard => "discard",
-            BlockClass::Other => "other",
-        }
-    }
-
-    pub fn from_u32(v: u32) -> BlockClass {
-        Self::ALL
-            .get(v as usize)
-            .copied()
-            .unwrap_or(BlockClass::Other)
     }
 }
 
@@ -264,46 +228,37 @@ pub struct RequestTimes {
 /// Counters of things that went wrong or were dropped; every report shows non-zero ones.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "user",
+    derive(strum::IntoStaticStr, strum::VariantArray),
+    strum(serialize_all = "snake_case")
+)]
 pub enum Lost {
     /// A new thread could not be followed: task table full.
     TaskTableFull = 0,
     /// A histogram bucket could not be created: histogram map full.
+    #[cfg_attr(feature = "user", strum(serialize = "histogram_full"))]
     HistFull = 1,
     /// A block (device, class) slot could not be created.
     BlockKeysFull = 2,
     /// A block request start could not be stored.
     RequestTableFull = 3,
     /// A kernel memory read failed (the offsets or the object were bad).
+    #[cfg_attr(feature = "user", strum(serialize = "kernel_read_failed"))]
     ReadFailed = 4,
     /// A syscall number beyond MAX_SYSCALLS.
     SyscallOutOfRange = 5,
 }
 pub const LOST_KINDS: u32 = 6;
 
-impl Lost {
-    pub const ALL: [Lost; LOST_KINDS as usize] = [
-        Lost::TaskTableFull,
-        Lost::HistFull,
-        Lost::BlockKeysFull,
-        Lost::RequestTableFull,
-        Lost::ReadFailed,
-        Lost::SyscallOutOfRange,
-    ];
-    pub const fn name(self) -> &'static str {
-        match self {
-            Lost::TaskTableFull => "task_table_full",
-            Lost::HistFull => "histogram_full",
-            Lost::BlockKeysFull => "block_keys_full",
-            Lost::RequestTableFull => "request_table_full",
-            Lost::ReadFailed => "kernel_read_failed",
-            Lost::SyscallOutOfRange => "syscall_out_of_range",
-        }
-    }
-}
-
 /// Plain event counters (not losses), per-CPU array.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "user",
+    derive(strum::IntoStaticStr, strum::VariantArray),
+    strum(serialize_all = "snake_case")
+)]
 pub enum Counter {
     /// Threads and processes that joined the target through fork/clone.
     TasksForked = 0,
@@ -501,4 +456,73 @@ mod pod {
     unsafe impl aya::Pod for PairKey {}
     unsafe impl aya::Pod for DenseHist {}
     unsafe impl aya::Pod for UserStackKey {}
+}
+
+/// Names and variant lists for userspace, derived so they cannot drift from the variants;
+/// the eBPF object only needs the discriminants.
+#[cfg(feature = "user")]
+mod names {
+    use super::*;
+    use strum::VariantArray;
+
+    macro_rules! named {
+        ($($t:ty = $count:expr),* $(,)?) => {$(
+            impl $t {
+                /// Every variant, in discriminant order (the kernel side indexes by it).
+                pub const ALL: &'static [$t] = <$t as VariantArray>::VARIANTS;
+                /// The snake_case name used in reports and JSON.
+                pub fn name(self) -> &'static str {
+                    self.into()
+                }
+            }
+            const _: () = assert!(<$t>::ALL.len() == $count as usize);
+        )*};
+    }
+    named!(
+        TimeClass = TIME_CLASSES,
+        BlockClass = BLOCK_CLASSES,
+        Lost = LOST_KINDS,
+        Counter = COUNTERS
+    );
+
+    impl BlockClass {
+        pub fn from_u32(v: u32) -> BlockClass {
+            Self::ALL
+                .get(v as usize)
+                .copied()
+                .unwrap_or(BlockClass::Other)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn variant_order_is_discriminant_order() {
+            for (i, c) in TimeClass::ALL.iter().enumerate() {
+                assert_eq!(*c as usize, i);
+            }
+            for (i, c) in BlockClass::ALL.iter().enumerate() {
+                assert_eq!(*c as usize, i);
+            }
+            for (i, c) in Lost::ALL.iter().enumerate() {
+                assert_eq!(*c as usize, i);
+            }
+            for (i, c) in Counter::ALL.iter().enumerate() {
+                assert_eq!(*c as usize, i);
+            }
+        }
+
+        #[test]
+        fn names_are_the_published_ones() {
+            assert_eq!(TimeClass::RunQueue.name(), "run_queue");
+            assert_eq!(TimeClass::OnCpu.name(), "on_cpu");
+            assert_eq!(BlockClass::Flush.name(), "flush");
+            assert_eq!(Lost::HistFull.name(), "histogram_full");
+            assert_eq!(Lost::ReadFailed.name(), "kernel_read_failed");
+            assert_eq!(Counter::WakeWeightsFull.name(), "wake_weights_full");
+            assert_eq!(Counter::BuildIdTableFull.name(), "build_id_table_full");
+        }
+    }
 }

@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use fsprof_common::{
-    BlockClass, BlockKey, BlockStats, COUNTERS, Counter, DenseHist, HistKey, HistKind, LOST_KINDS,
-    Lost, MAX_SYSCALLS, SyscallStats, TIME_CLASSES, TaskState, TimeClass, TimeStats, kdev,
+    BlockClass, BlockKey, BlockStats, COUNTERS, Counter, DenseHist, HistKey, HistKind, Lost,
+    MAX_SYSCALLS, SyscallStats, TaskState, TimeClass, TimeStats, kdev,
 };
 use serde::{Deserialize, Serialize};
 
@@ -250,7 +250,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
 
     let times: PerCpuArray<_, TimeStats> =
         PerCpuArray::try_from(ebpf.map("TIMES").context("TIMES map")?)?;
-    for class in TimeClass::ALL.into_iter().take(TIME_CLASSES as usize) {
+    for &class in TimeClass::ALL {
         let t: TimeStats = sum(&times.get(&(class as u32), 0)?, |a: TimeStats, b| {
             TimeStats {
                 total_ns: a.total_ns + b.total_ns,
@@ -317,7 +317,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
         .sort_by(|a, b| (&a.name, &a.dev, &a.class).cmp(&(&b.name, &b.dev, &b.class)));
 
     let lost: PerCpuArray<_, u64> = PerCpuArray::try_from(ebpf.map("LOST").context("LOST map")?)?;
-    for kind in Lost::ALL.into_iter().take(LOST_KINDS as usize) {
+    for &kind in Lost::ALL {
         let n: u64 = lost.get(&(kind as u32), 0)?.iter().sum();
         if n > 0 {
             profile.lost.insert(kind.name().to_string(), n);

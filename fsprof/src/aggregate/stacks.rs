@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap};
 use fsprof_common::{
-    BUILD_ID_VALID, BuildIdFrame, COUNTERS, Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass,
+    BUILD_ID_VALID, BuildIdFrame, Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass,
     UserBuildIds, UserStackKey, WakeKey, Weight, WeightKey,
 };
 use serde::{Deserialize, Serialize};
@@ -320,18 +320,17 @@ pub fn collect(
     };
     let events: PerCpuArray<_, u64> =
         PerCpuArray::try_from(ebpf.map("EVENTS").context("EVENTS map")?)?;
-    for (c, name) in [
-        (Counter::KernelStackFailed, "kernel_stack_failed"),
-        (Counter::UserStackFailed, "user_stack_failed"),
-        (Counter::StackTableFull, "stack_table_full"),
-        (Counter::BuildIdTableFull, "build_id_table_full"),
-        (Counter::StackWeightsFull, "stack_weights_full"),
-        (Counter::WakeWeightsFull, "wake_weights_full"),
+    for c in [
+        Counter::KernelStackFailed,
+        Counter::UserStackFailed,
+        Counter::StackTableFull,
+        Counter::BuildIdTableFull,
+        Counter::StackWeightsFull,
+        Counter::WakeWeightsFull,
     ] {
-        debug_assert!((c as u32) < COUNTERS);
         let n: u64 = events.get(&(c as u32), 0)?.iter().sum();
         if n > 0 {
-            stacks.problems.insert(name.to_string(), n);
+            stacks.problems.insert(c.name().to_string(), n);
         }
     }
 
