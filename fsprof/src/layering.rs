@@ -6,6 +6,7 @@
 const LAYERS: &[&[&str]] = &[
     &["os", "signals", "units", "syscall_table"],
     &["lab"],
+    &["vm"],
     &["workload"],
     &["suite"],
     &["probes"],

@@ -25,6 +25,7 @@ pub mod syscall_table;
 pub mod target;
 pub mod trace;
 pub mod units;
+pub mod vm;
 pub mod workload;
 
 #[cfg(test)]

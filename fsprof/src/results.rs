@@ -31,6 +31,30 @@ pub struct RunResult {
     /// Flame graphs per cell and differential graphs; paths relative to this file.
     #[serde(default)]
     pub flames: RunFlames,
+    /// Set when the suite ran inside a VM (`fsprof run --kernel`); absent on bare metal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<VmFacts>,
+}
+
+/// The VM a run's figures come from: they compare only with runs in the same kind of VM.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct VmFacts {
+    /// The `--kernel` it booted (e.g. `deb:linux-image-amd64`).
+    pub kernel_spec: String,
+    /// qemu accelerator: `tcg` (emulated CPU) or `kvm`.
+    pub accel: String,
+    /// True under TCG: times are emulated and only comparable with other TCG runs.
+    pub emulated: bool,
+    pub cpus: u32,
+    pub memory_bytes: u64,
+    /// The test disk: a raw image on virtio-blk.
+    pub disk: String,
+    /// qemu's cache mode for the test disk (`none`: no host page cache).
+    pub disk_cache: String,
+    /// Seconds from starting qemu to the guest running the suite.
+    pub boot_s: Option<f64>,
+    /// The host kernel the VM ran on.
+    pub host_kernel: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -75,6 +99,31 @@ pub struct StepRun {
     /// Figures the step's own tool reports, e.g. pgbench's `tps`.
     pub metrics: BTreeMap<String, f64>,
     pub trace: TraceResult,
+}
+
+impl VmFacts {
+    /// One line for report headers: the VM, and under TCG that its times are emulated.
+    pub fn describe(&self) -> String {
+        let boot = self
+            .boot_s
+            .map_or(String::new(), |b| format!(", booted in {b:.1}s"));
+        let accel = if self.emulated {
+            format!(
+                "{} (emulated CPU: times compare only with runs in the same emulator)",
+                self.accel
+            )
+        } else {
+            self.accel.clone()
+        };
+        format!(
+            "in a qemu VM, {accel}, {} CPUs, {} MiB, {} cache={}{boot}, on host kernel {}",
+            self.cpus,
+            self.memory_bytes >> 20,
+            self.disk,
+            self.disk_cache,
+            self.host_kernel
+        )
+    }
 }
 
 /// The directory a results file is in: the paths it holds (flame graphs) are relative to it.

@@ -192,3 +192,13 @@ impl Drop for TempDir {
 pub fn read_folded(path: &Path) -> BTreeMap<String, u64> {
     fsprof::aggregate::folded::read_folded(path).expect("reading folded stacks")
 }
+
+/// Bytes of one block request class (read, write, …) over all devices of a trace.
+pub fn block_bytes(r: &TraceResult, class: &str) -> u64 {
+    r.profile
+        .block
+        .iter()
+        .filter(|b| b.class == class)
+        .map(|b| b.bytes)
+        .sum()
+}

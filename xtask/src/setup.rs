@@ -31,7 +31,14 @@ const TOOLS: &[&str] = &[
     "postgresql", // the pgbench step's server
     "bonnie++",   // an external workload the studies used
     "chromium",   // headless, to test that the HTML report renders
+    // `fsprof run --kernel`: qemu boots the guest through virtme-ng, whose initramfs needs
+    // busybox and whose guest needs udevd for its script channel (virtio-serial ports).
+    "qemu-system-x86",
+    "busybox-static",
+    "udev",
 ];
+/// virtme-ng from PyPI, pinned: its command line and guest init are what fsprof drives.
+const VIRTME_NG: &str = "virtme-ng==1.42";
 const TOOLCHAIN: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf"];
 
 fn output(cmd: &mut Command) -> Option<String> {
@@ -121,5 +128,25 @@ pub fn ensure() -> Result<()> {
     let llvm = rustc_llvm_major()?;
     apt_install(&[&format!("llvm-{llvm}-dev")])?;
     ensure_bpf_linker(&llvm)?;
+    ensure_virtme_ng()?;
     ensure_toolchain_link()
+}
+
+fn ensure_virtme_ng() -> Result<()> {
+    let want = VIRTME_NG.split("==").nth(1).unwrap_or_default();
+    let have = output(Command::new("python3").args([
+        "-c",
+        "import importlib.metadata as m; print(m.version('virtme-ng'))",
+    ]));
+    if have.as_deref().map(str::trim) == Some(want) {
+        return Ok(());
+    }
+    run(Command::new("python3").args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--root-user-action=ignore",
+        VIRTME_NG,
+    ]))
 }

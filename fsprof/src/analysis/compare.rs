@@ -143,6 +143,19 @@ fn check(base: &[RunResult], new: &[RunResult]) -> Result<Vec<String>> {
             workload(other)
         );
     }
+    // An emulated CPU is tens of times slower, and even KVM adds its own costs.
+    let machine = |r: &RunResult| {
+        r.vm.as_ref().map_or("bare metal".to_string(), |v| {
+            format!("a qemu VM ({})", v.accel)
+        })
+    };
+    let m0 = machine(all[0]);
+    if let Some(other) = all.iter().find(|r| machine(r) != m0) {
+        bail!(
+            "one side ran on {m0}, the other on {}: their times are not comparable; compare runs made the same way",
+            machine(other)
+        );
+    }
     let mut notes = Vec::new();
     let (kb, kn) = (
         describe_set(base, |r| r.kernel.clone()),
@@ -299,5 +312,24 @@ mod tests {
         assert_eq!(noisy.verdict, Verdict::Noise);
         let one = row("x", "s", &m(&[1.0]), &m(&[2.0]), &o);
         assert_eq!(one.verdict, Verdict::Untested);
+    }
+
+    #[test]
+    fn a_vm_run_is_not_compared_with_a_bare_metal_one() {
+        let bare = [RunResult::default()];
+        let tcg = [RunResult {
+            vm: Some(crate::results::VmFacts {
+                accel: "tcg".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }];
+        let err = check(&bare, &tcg).unwrap_err().to_string();
+        assert!(
+            err.contains("bare metal") && err.contains("qemu VM (tcg)"),
+            "{err}"
+        );
+        assert!(check(&tcg, &tcg).is_ok());
+        assert!(check(&bare, &bare).is_ok());
     }
 }

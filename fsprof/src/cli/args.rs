@@ -159,3 +159,41 @@ mod tests {
         assert_eq!(v[1], (None, "noatime".into()));
     }
 }
+
+/// Where the suite runs: on the host's kernel, or in a VM booted with another.
+#[derive(Args)]
+pub struct VmArgs {
+    /// Kernel to run on: `host`, a kernel image (vmlinuz-RELEASE, modules beside it or in
+    /// /lib/modules), or a Debian package fetched once, e.g. `deb:linux-image-amd64`
+    /// (Linux 6.1, with jfs, reiserfs, f2fs and nilfs2). Other than `host`, fsprof runs in a
+    /// qemu VM on a raw virtio-blk disk (cache=none).
+    #[arg(long, default_value = "host")]
+    pub kernel: crate::vm::KernelSpec,
+    /// The VM's CPUs (default: the host's).
+    #[arg(long)]
+    pub vm_cpus: Option<u32>,
+    /// The VM's memory (e.g. 4G).
+    #[arg(long, default_value = "4G", value_parser = parse_size)]
+    pub vm_memory: u64,
+    /// qemu accelerator. tcg (emulated; times compare only with other tcg runs) works on
+    /// any machine; kvm where /dev/kvm boots guests.
+    #[arg(long, value_enum, default_value = "tcg")]
+    pub vm_accel: crate::vm::Accel,
+}
+
+impl VmArgs {
+    pub fn config(&self) -> crate::vm::VmConfig {
+        crate::vm::VmConfig {
+            cpus: self.vm_cpus.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+            }),
+            memory_bytes: self.vm_memory,
+            accel: self.vm_accel,
+        }
+    }
+
+    /// The kernel to boot, fetched into `dir`/kernels if needed; None: the host's.
+    pub fn guest_kernel(&self, dir: &std::path::Path) -> Result<Option<crate::vm::GuestKernel>> {
+        self.kernel.resolve(&dir.join("kernels"))
+    }
+}

@@ -7,10 +7,10 @@ mod trace_cmd;
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, error::ErrorKind};
 
-use crate::{lab, workload};
+use crate::{lab, vm, workload};
 
 #[derive(Parser)]
 #[command(
@@ -29,8 +29,15 @@ enum Cmd {
     Trace(trace_cmd::TraceArgs),
     /// Run a suite of standard workloads on fresh filesystems, every step traced.
     Run(run_cmd::RunArgs),
-    /// Which filesystems this machine can test, or why not.
-    List,
+    /// Which filesystems this machine (or, with --kernel, that kernel in a VM) can test, or
+    /// why not.
+    List {
+        #[command(flatten)]
+        vm: args::VmArgs,
+        /// Directory for a fetched kernel and the VM's scratch files.
+        #[arg(long, default_value = lab::DEFAULT_IMAGE_DIR)]
+        dir: std::path::PathBuf,
+    },
     /// Show a saved `fsprof run` results file again, or write its HTML report.
     Report(results_cmds::ReportArgs),
     /// Compare results (several files per side, comma-separated): per filesystem × step ×
@@ -53,13 +60,40 @@ enum Cmd {
     },
 }
 
-fn list() -> Result<ExitCode> {
-    for &kind in lab::FsKind::ALL {
-        match kind.check_available() {
-            Ok(()) => println!("{:<9} available", kind.name()),
-            Err(e) => println!("{:<9} unavailable: {e}", kind.name()),
+fn list(vm: &args::VmArgs, dir: &std::path::Path) -> Result<ExitCode> {
+    let Some(kernel) = vm.guest_kernel(dir)? else {
+        for &kind in lab::FsKind::ALL {
+            match kind.check_available() {
+                Ok(()) => println!("{:<9} available", kind.name()),
+                Err(e) => println!("{:<9} unavailable: {e}", kind.name()),
+            }
         }
-    }
+        println!(
+            "reiser4   unavailable: never merged into mainline Linux; no kernel fsprof boots has it"
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    // The guest's own `fsprof list` answers for its kernel and modules.
+    std::fs::create_dir_all(dir)?;
+    let (share, _) = vm::guest::scratch_paths(dir);
+    std::fs::create_dir_all(&share)?;
+    let me = std::env::current_exe()?;
+    let script = format!(
+        "{} list > list.txt",
+        shlex::try_quote(&me.to_string_lossy())?
+    );
+    let ran = vm::guest::run(&kernel, &vm.config(), &[&share], None, &script);
+    let listed = std::fs::read_to_string(share.join("list.txt"));
+    let _ = std::fs::remove_dir_all(&share);
+    ran?;
+    let listed = listed.context("the VM wrote no list")?;
+    println!(
+        "kernel {} ({}) in qemu/{}:",
+        kernel.release,
+        kernel.spec,
+        vm.vm_accel.name()
+    );
+    print!("{listed}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -67,7 +101,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
     match cmd {
         Cmd::Trace(a) => trace_cmd::trace_cmd(a),
         Cmd::Run(a) => run_cmd::run_cmd(a),
-        Cmd::List => list(),
+        Cmd::List { vm, dir } => list(&vm, &dir),
         Cmd::Report(a) => results_cmds::report_cmd(a),
         Cmd::Compare(a) => results_cmds::compare_cmd(a),
         Cmd::Explain(a) => results_cmds::explain_cmd(a),

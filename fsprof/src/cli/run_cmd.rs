@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 
 use super::{
-    args::{StackArgs, parse_fs, parse_pgbench, parse_size, per_fs},
+    args::{StackArgs, VmArgs, parse_fs, parse_pgbench, parse_size, per_fs},
     results_cmds::write_html,
 };
 use crate::{
@@ -74,6 +74,8 @@ pub struct RunArgs {
     pgbench: Option<PgbenchSpec>,
     #[command(flatten)]
     stacks: StackArgs,
+    #[command(flatten)]
+    vm: VmArgs,
     /// Do not freeze/thaw the filesystem after each step (then deferred background work,
     /// e.g. xfs inode inactivation, may land in a later step or nowhere).
     #[arg(long)]
@@ -113,7 +115,18 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         only: a.only.clone(),
         flames_dir: flames_dir.clone(),
     };
-    let outcome = run::run(&opts);
+    let outcome = match a.vm.guest_kernel(&a.dir)? {
+        None => run::run(&opts),
+        Some(kernel) => {
+            // The guest's fsprof gets this command line, less what names host paths.
+            let host_args: Vec<String> = std::env::args()
+                .skip_while(|a| a != "run")
+                .skip(1)
+                .collect();
+            let guest_args = run::in_vm::guest_args(&host_args);
+            run::in_vm::run(&opts, &kernel, &a.vm.config(), &guest_args)
+        }
+    };
     // Whatever happened, every finished step of this run is shown and written.
     if let Some(result) = &outcome.result {
         print!("{}", report::run_table::render(result, a.verbose));

@@ -75,12 +75,49 @@ pub fn cleanup(image_dirs: &[&Path]) -> Result<Vec<String>> {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".img") && orphaned(&name) && fs::remove_file(e.path()).is_ok() {
-                done.push(format!("removed image {}", e.path().display()));
+            if !orphaned(&name) {
+                continue;
+            }
+            if name.ends_with(".img") {
+                // A VM (`run --kernel`) whose fsprof died still runs on its image.
+                for pid in processes_naming(&e.path()) {
+                    if let Some(p) = rustix::process::Pid::from_raw(pid)
+                        && rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok()
+                    {
+                        done.push(format!("killed process {pid} using {}", e.path().display()));
+                    }
+                }
+                if fs::remove_file(e.path()).is_ok() {
+                    done.push(format!("removed image {}", e.path().display()));
+                }
+            } else if name.ends_with("-vm")
+                && e.file_type().is_ok_and(|t| t.is_dir())
+                && fs::remove_dir_all(e.path()).is_ok()
+            {
+                done.push(format!("removed VM share {}", e.path().display()));
             }
         }
     }
     Ok(done)
+}
+
+/// Processes whose command line names `path` (qemu names its disk image there).
+fn processes_naming(path: &Path) -> Vec<i32> {
+    let needle = path.as_os_str().as_encoded_bytes();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = fs::read(e.path().join("cmdline")).ok()?;
+            cmdline
+                .windows(needle.len())
+                .any(|w| w == needle)
+                .then_some(pid)
+        })
+        .collect()
 }
 
 /// Attached loop devices and their backing files, as the kernel lists them in

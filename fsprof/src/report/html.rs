@@ -172,6 +172,9 @@ fn facts(r: &RunResult) -> String {
         let _ = write!(o, "<tr><th>{k}</th><td>{}</td></tr>", esc(&v));
     };
     row("kernel", r.kernel.clone());
+    if let Some(vm) = &r.vm {
+        row("VM", vm.describe());
+    }
     row("fsprof", r.fsprof_version.clone());
     row(
         "machine",
@@ -440,6 +443,9 @@ pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Res
         r.scale,
         r.passes
     );
+    if let Some(vm) = &r.vm {
+        let _ = writeln!(o, "Ran {}.\n", vm.describe());
+    }
     for step in r.step_names() {
         let _ = writeln!(o, "## {step}\n");
         let _ = writeln!(

@@ -117,6 +117,9 @@ pub fn render(r: &RunResult, verbose: bool) -> String {
         r.cpus,
         if r.complete { "" } else { "  [INCOMPLETE]" }
     );
+    if let Some(vm) = &r.vm {
+        let _ = writeln!(o, "  {}", vm.describe());
+    }
     if verbose {
         steps(&mut o, r);
     } else {

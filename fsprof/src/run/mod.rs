@@ -1,6 +1,7 @@
 //! `fsprof run`: fresh filesystems × passes × the steps of a suite, every step traced.
 
 pub mod flames;
+pub mod in_vm;
 
 use std::{
     io::IsTerminal,
@@ -197,29 +198,7 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
     let size = opts.size.unwrap_or_else(|| opts.suite.image_size(&ctx));
     let me = std::env::current_exe().context("locating the fsprof binary")?;
 
-    let with_pgbench = opts.suite.pgbench_spec().is_some();
-    for o in &opts.only {
-        let known = opts.suite.steps.iter().any(|s| s.name() == o);
-        if !(known || with_pgbench && o == "pgbench") {
-            let mut names: Vec<&str> = opts.suite.steps.iter().map(|s| s.name()).collect();
-            if with_pgbench {
-                names.push("pgbench");
-            }
-            anyhow::bail!(
-                "step {o:?} is not in suite {} (its steps: {})",
-                opts.suite.name,
-                names.join(", ")
-            );
-        }
-    }
-    let wanted = |name: &str| opts.only.is_empty() || opts.only.iter().any(|o| o == name);
-    let suite_steps: Vec<Step> = opts
-        .suite
-        .steps
-        .iter()
-        .copied()
-        .filter(|s| wanted(s.name()))
-        .collect();
+    let suite_steps = suite_steps(opts)?;
     for &step in &suite_steps {
         workload::prepare(step, &ctx)?;
     }
@@ -229,7 +208,7 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
         .chain(
             opts.suite
                 .pgbench_spec()
-                .filter(|_| wanted("pgbench"))
+                .filter(|_| wanted(opts, "pgbench"))
                 .map(RunStep::Pgbench),
         )
         .chain(opts.extra_steps.iter().cloned())
@@ -268,6 +247,44 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
     }
     result.save(&opts.results)?;
     outcome
+}
+
+fn wanted(opts: &RunOptions, name: &str) -> bool {
+    opts.only.is_empty() || opts.only.iter().any(|o| o == name)
+}
+
+/// The suite's built-in steps this run takes (`--only`), refusing names the suite lacks.
+fn suite_steps(opts: &RunOptions) -> Result<Vec<Step>> {
+    let with_pgbench = opts.suite.pgbench_spec().is_some();
+    for o in &opts.only {
+        let known = opts.suite.steps.iter().any(|s| s.name() == o);
+        if !(known || with_pgbench && o == "pgbench") {
+            let mut names: Vec<&str> = opts.suite.steps.iter().map(|s| s.name()).collect();
+            if with_pgbench {
+                names.push("pgbench");
+            }
+            anyhow::bail!(
+                "step {o:?} is not in suite {} (its steps: {})",
+                opts.suite.name,
+                names.join(", ")
+            );
+        }
+    }
+    Ok(opts
+        .suite
+        .steps
+        .iter()
+        .copied()
+        .filter(|s| wanted(opts, s.name()))
+        .collect())
+}
+
+/// Makes the workload sources of the run's steps under `ctx.src` (kept between runs).
+pub fn prepare_sources(opts: &RunOptions, ctx: &crate::workload::Ctx) -> Result<()> {
+    for step in suite_steps(opts)? {
+        workload::prepare(step, ctx)?;
+    }
+    Ok(())
 }
 
 fn run_matrix(

@@ -10,6 +10,7 @@ mod run;
 mod sched;
 mod stacks;
 mod syscalls;
+mod vm;
 
 use libtest_mimic::{Arguments, Trial};
 
@@ -61,6 +62,7 @@ fn main() {
         root stacks::fuse_daemon_work_is_background_work,
         root syscalls::rm_rf_counts_equal_strace,
         root syscalls::children_and_threads_are_all_followed,
+        root vm::debian_guest_fills_jfs_and_reiserfs_cells_and_leaves_nothing,
     ];
     let root = fsprof_tests::is_root();
     let skipped = all.iter().filter(|t| t.2 && !root).count();

@@ -442,14 +442,7 @@ pub fn external_and_pgbench_steps_are_traced() {
     let names: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
     assert_eq!(names, ["fill", "pgbench"]);
     // The template ran on the fs under test: its 32 MiB reached the loop device.
-    let written: u64 = steps[0]
-        .trace
-        .profile
-        .block
-        .iter()
-        .filter(|b| b.class == "write")
-        .map(|b| b.bytes)
-        .sum();
+    let written = fsprof_tests::block_bytes(&steps[0].trace, "write");
     assert!(written >= 32 << 20, "{written}");
     // pgbench: the server's processes were followed (they do the fsyncs), and tps parsed.
     let pg = &steps[1];

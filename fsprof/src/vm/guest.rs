@@ -1,0 +1,158 @@
+//! Boots a kernel in qemu through virtme-ng and runs one shell script in it: the host's root
+//! is the guest's (read-only), `share` is writable from both sides, the test disk is
+//! /dev/vda. Ctrl-C or SIGTERM stops the VM.
+
+use std::{
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    thread,
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{Context, Result, bail};
+
+use super::GuestKernel;
+use crate::signals;
+
+/// How qemu runs the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Accel {
+    /// Software emulation: works everywhere, times are only comparable within TCG.
+    Tcg,
+    /// Hardware virtualization (/dev/kvm).
+    Kvm,
+}
+
+impl Accel {
+    pub fn name(self) -> &'static str {
+        match self {
+            Accel::Tcg => "tcg",
+            Accel::Kvm => "kvm",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    pub cpus: u32,
+    pub memory_bytes: u64,
+    pub accel: Accel,
+}
+
+/// The test disk's qemu drive options: virtio-blk, host page cache off so the guest's I/O
+/// reaches the disk.
+pub const DISK_CACHE: &str = "none";
+/// The guest's name for the test disk.
+pub const GUEST_DISK: &str = "/dev/vda";
+
+pub struct GuestRun {
+    pub status: Option<i32>,
+    /// From starting qemu to the first line of the script (the boot).
+    pub boot: Option<Duration>,
+    pub wall: Duration,
+}
+
+/// Where the script's start is stamped, to measure the boot.
+const STARTED: &str = ".fsprof-guest-started";
+
+/// Runs `script` (sh) in a VM with `kernel`; its cwd is the first of `shares` (host
+/// directories the guest may write).
+pub fn run(
+    kernel: &GuestKernel,
+    cfg: &VmConfig,
+    shares: &[&Path],
+    disk: Option<&Path>,
+    script: &str,
+) -> Result<GuestRun> {
+    signals::install();
+    let share = shares.first().context("no share")?;
+    let stamp = share.join(STARTED);
+    let _ = std::fs::remove_file(&stamp);
+    let share_s = share.to_str().context("share path is not UTF-8")?;
+    let full = format!(
+        "cd {q} && : > {STARTED} && {script}",
+        q = shlex::try_quote(share_s)?
+    );
+    let mut cmd = vng();
+    cmd.arg("--run")
+        .arg(&kernel.vmlinuz)
+        .args(["--cpus", &cfg.cpus.to_string()])
+        .args(["--memory", &format!("{}M", cfg.memory_bytes >> 20)])
+        .args(shares.iter().map(|d| format!("--rwdir={}", d.display())))
+        // The guest loads its own modules (filesystems, virtio-blk) from the host's copy.
+        .arg(format!("--rodir=/lib/modules={}", kernel.modules.display()))
+        .args(["--exec", &full])
+        .current_dir("/")
+        // Its own group, so stopping it reaches qemu however vng started it.
+        .process_group(0);
+    if cfg.accel == Accel::Tcg {
+        cmd.arg("--disable-kvm");
+    }
+    if let Some(d) = disk {
+        cmd.arg(format!(
+            "--qemu-opts=-drive file={},if=virtio,cache={DISK_CACHE},format=raw",
+            d.display()
+        ));
+    }
+    let started = Instant::now();
+    let t0 = SystemTime::now();
+    let mut child = cmd
+        .spawn()
+        .context("starting virtme-ng (vng); `cargo xtask setup` installs it")?;
+    let status = wait(&mut child)?;
+    let boot = std::fs::metadata(&stamp)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|m| m.duration_since(t0).ok());
+    let _ = std::fs::remove_file(&stamp);
+    Ok(GuestRun {
+        status,
+        boot,
+        wall: started.elapsed(),
+    })
+}
+
+/// virtme-ng's entry point through the Python that has it, so a PATH without pip's
+/// script directory still finds it.
+fn vng() -> Command {
+    let mut c = Command::new("python3");
+    c.args([
+        "-c",
+        "import sys; from virtme_ng.run import main; sys.argv[0] = 'vng'; sys.exit(main())",
+    ]);
+    c
+}
+
+/// Waits for the VM; on a signal stops its whole process group (TERM, then KILL).
+fn wait(child: &mut Child) -> Result<Option<i32>> {
+    let group = rustix::process::Pid::from_raw(child.id() as i32).context("child pid")?;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            // Nothing of the VM may outlive it (qemu may run under vng's pid or beside it).
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            return Ok(st.code());
+        }
+        if let Some(sig) = signals::received() {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::TERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while child.try_wait()?.is_none() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(50));
+            }
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            let _ = child.wait();
+            bail!("interrupted by signal {sig}; the VM was stopped");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The share directory and disk image of a VM started by this process, under `dir`; their
+/// names carry the pid so `fsprof cleanup` knows them when it dies.
+pub fn scratch_paths(dir: &Path) -> (PathBuf, PathBuf) {
+    let id = std::process::id();
+    (
+        dir.join(format!("fsprof-{id}-vm")),
+        dir.join(format!("fsprof-{id}-vm.img")),
+    )
+}

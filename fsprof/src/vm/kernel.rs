@@ -1,0 +1,265 @@
+//! Which kernel a VM boots, and where its image and modules are.
+
+use std::{
+    fmt, fs,
+    path::{Path, PathBuf},
+    process::Command,
+    str::FromStr,
+};
+
+use anyhow::{Context, Result, bail};
+
+/// `--kernel`: `host` (no VM), a kernel image path, or `deb:PACKAGE[=VERSION]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelSpec {
+    Host,
+    Image(PathBuf),
+    Deb(String),
+}
+
+impl FromStr for KernelSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "host" {
+            return Ok(KernelSpec::Host);
+        }
+        if let Some(pkg) = s.strip_prefix("deb:") {
+            let name = pkg.split('=').next().unwrap_or_default();
+            if !name.starts_with("linux-image-") {
+                return Err(format!(
+                    "{s:?}: a Debian kernel package is linux-image-… (e.g. deb:linux-image-amd64)"
+                ));
+            }
+            return Ok(KernelSpec::Deb(pkg.to_string()));
+        }
+        let p = PathBuf::from(s);
+        if !p.is_file() {
+            return Err(format!(
+                "kernel {s:?}: not `host`, `deb:PACKAGE` or an existing kernel image"
+            ));
+        }
+        Ok(KernelSpec::Image(p))
+    }
+}
+
+impl fmt::Display for KernelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelSpec::Host => f.write_str("host"),
+            KernelSpec::Image(p) => write!(f, "{}", p.display()),
+            KernelSpec::Deb(p) => write!(f, "deb:{p}"),
+        }
+    }
+}
+
+/// A bootable kernel: its image and the `lib/modules` directory that holds `release`.
+#[derive(Clone, Debug)]
+pub struct GuestKernel {
+    pub spec: String,
+    pub release: String,
+    pub vmlinuz: PathBuf,
+    pub modules: PathBuf,
+}
+
+impl KernelSpec {
+    /// The kernel to boot; None for the host's own. A Debian package is downloaded and
+    /// unpacked under `cache` once.
+    pub fn resolve(&self, cache: &Path) -> Result<Option<GuestKernel>> {
+        match self {
+            KernelSpec::Host => Ok(None),
+            KernelSpec::Image(p) => image(p, &self.to_string()).map(Some),
+            KernelSpec::Deb(pkg) => deb(pkg, cache, &self.to_string()).map(Some),
+        }
+    }
+}
+
+/// `vmlinuz-RELEASE` with its modules in `../lib/modules/RELEASE` (an unpacked package)
+/// or `/lib/modules/RELEASE` (an installed one).
+fn image(path: &Path, spec: &str) -> Result<GuestKernel> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let Some(release) = name
+        .strip_prefix("vmlinuz-")
+        .or_else(|| name.strip_prefix("bzImage-"))
+    else {
+        bail!(
+            "kernel image {}: name it vmlinuz-RELEASE so its modules can be found",
+            path.display()
+        );
+    };
+    let boot = path.parent().unwrap_or(Path::new("/"));
+    let root = boot.parent().unwrap_or(Path::new("/"));
+    for modules in [
+        root.join("lib/modules"),
+        root.join("usr/lib/modules"),
+        "/lib/modules".into(),
+    ] {
+        if modules.join(release).join("modules.dep").is_file() {
+            return Ok(GuestKernel {
+                spec: spec.to_string(),
+                release: release.to_string(),
+                vmlinuz: path.to_path_buf(),
+                modules,
+            });
+        }
+    }
+    bail!(
+        "kernel {}: no indexed modules for {release} beside it or in /lib/modules (run `depmod -b ROOT {release}`)",
+        path.display()
+    )
+}
+
+fn deb(pkg: &str, cache: &Path, spec: &str) -> Result<GuestKernel> {
+    let dir = cache.join(pkg.replace(['/', '='], "_"));
+    let root = dir.join("root");
+    if let Some(k) = unpacked(&root, spec) {
+        return Ok(k);
+    }
+    eprintln!("fsprof: fetching {pkg} into {}", dir.display());
+    let part = cache.join(format!(
+        ".{}-{}.part",
+        dir.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = fs::remove_dir_all(&part);
+    fs::create_dir_all(part.join("root"))
+        .with_context(|| format!("creating {}", part.display()))?;
+    let result = (|| {
+        let mut want = pkg.to_string();
+        // A metapackage (linux-image-amd64) points at the versioned image package.
+        for _ in 0..3 {
+            let file = download(&want, &part)?;
+            run(Command::new("dpkg-deb")
+                .arg("-x")
+                .arg(&file)
+                .arg(part.join("root")))?;
+            if vmlinuz_in(&part.join("root")).is_some() {
+                return Ok(());
+            }
+            let depends = output(
+                Command::new("dpkg-deb")
+                    .args(["-f"])
+                    .arg(&file)
+                    .arg("Depends"),
+            )?;
+            want = depends
+                .split([',', '|'])
+                .map(|d| d.split_whitespace().next().unwrap_or_default())
+                .find(|d| d.starts_with("linux-image-"))
+                .with_context(|| format!("{want}: no kernel image and no linux-image dependency"))?
+                .to_string();
+        }
+        bail!("{pkg}: no kernel image after following its dependencies")
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_dir_all(&part);
+        return Err(e);
+    }
+    let release = vmlinuz_in(&part.join("root"))
+        .and_then(|p| {
+            Some(
+                p.file_name()?
+                    .to_string_lossy()
+                    .strip_prefix("vmlinuz-")?
+                    .to_string(),
+            )
+        })
+        .context("kernel image name")?;
+    run(Command::new("depmod")
+        .arg("-b")
+        .arg(part.join("root"))
+        .arg(&release))?;
+    for e in fs::read_dir(&part)?.flatten() {
+        if e.path().extension().is_some_and(|x| x == "deb") {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+    let _ = fs::remove_dir_all(&dir);
+    fs::rename(&part, &dir)?;
+    unpacked(&root, spec).context("unpacked kernel not found")
+}
+
+fn unpacked(root: &Path, spec: &str) -> Option<GuestKernel> {
+    image(&vmlinuz_in(root)?, spec).ok()
+}
+
+fn vmlinuz_in(root: &Path) -> Option<PathBuf> {
+    fs::read_dir(root.join("boot"))
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+}
+
+/// `apt-get download` into `dir`; the path of the .deb it wrote.
+fn download(pkg: &str, dir: &Path) -> Result<PathBuf> {
+    let before: Vec<_> = debs(dir);
+    run(Command::new("apt-get")
+        .args(["download", "-q", pkg])
+        .current_dir(dir))
+    .with_context(|| format!("downloading {pkg} (apt-get download)"))?;
+    debs(dir)
+        .into_iter()
+        .find(|d| !before.contains(d))
+        .with_context(|| format!("apt-get download {pkg} wrote no .deb"))
+}
+
+fn debs(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|r| {
+            r.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err
+            .lines()
+            .rfind(|l| !l.trim().is_empty() && !l.starts_with("W:"));
+        bail!(
+            "{:?} failed: {}",
+            cmd.get_program(),
+            last.unwrap_or("").trim()
+        );
+    }
+    Ok(())
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_bad_ones_say_why() {
+        assert_eq!("host".parse::<KernelSpec>(), Ok(KernelSpec::Host));
+        assert_eq!(
+            "deb:linux-image-amd64".parse::<KernelSpec>(),
+            Ok(KernelSpec::Deb("linux-image-amd64".into()))
+        );
+        assert!(
+            "deb:bash"
+                .parse::<KernelSpec>()
+                .unwrap_err()
+                .contains("linux-image-")
+        );
+        assert!(
+            "/no/such/vmlinuz"
+                .parse::<KernelSpec>()
+                .unwrap_err()
+                .contains("existing kernel image")
+        );
+    }
+}
