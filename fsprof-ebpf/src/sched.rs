@@ -80,8 +80,10 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
     let prev_tid = current_tid();
     let cpu = on_cpu();
     if let Some(t) = TASKS.get_ptr_mut(prev_tid) {
-        // Its syscall in flight (if any) moves from this CPU to the thread.
-        let mut cached_ustack = None;
+        // Its syscall in flight (if any) moves from this CPU to the thread. Plain integers,
+        // not an Option: LLVM loads an Option's payload before testing it, and verifiers
+        // before 6.4-ish reject that read of an unwritten stack slot.
+        let (mut in_syscall, mut cached_ustack) = (false, 0u32);
         if let Some(c) = cpu
             && unsafe { (*c).tid } == prev_tid
         {
@@ -89,7 +91,8 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
                 (*t).sc_nr = (*c).sc_nr;
                 (*t).sc_start = (*c).sc_start;
                 if (*c).sc_start != 0 {
-                    cached_ustack = Some((*c).ustack);
+                    in_syscall = true;
+                    cached_ustack = (*c).ustack;
                 }
             }
         }
@@ -110,12 +113,13 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
             count(Counter::TasksExited);
         } else {
             let stack = if config().stacks != 0 {
-                let user = match cached_ustack {
-                    Some(u) if u != 0 => u,
-                    _ => capture_user(ctx.as_ptr(), SLOT_SCHED, current_tgid()),
+                let user = if cached_ustack != 0 {
+                    cached_ustack
+                } else {
+                    capture_user(ctx.as_ptr(), SLOT_SCHED, current_tgid())
                 };
                 // Kept for the next episode of the same syscall only.
-                unsafe { (*t).ustack = if cached_ustack.is_some() { user } else { 0 } };
+                unsafe { (*t).ustack = if in_syscall { user } else { 0 } };
                 capture(ctx.as_ptr(), SLOT_SCHED, false, user)
             } else {
                 0

@@ -39,8 +39,9 @@ pub struct RunResult {
 /// The VM a run's figures come from: they compare only with runs in the same kind of VM.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VmFacts {
-    /// The `--kernel` it booted (e.g. `deb:linux-image-amd64`).
-    pub kernel_spec: String,
+    /// The kernels booted, in `--kernel` order.
+    #[serde(default)]
+    pub kernels: Vec<VmKernel>,
     /// qemu accelerator: `tcg` (emulated CPU) or `kvm`.
     pub accel: String,
     /// True under TCG: times are emulated and only comparable with other TCG runs.
@@ -51,15 +52,31 @@ pub struct VmFacts {
     pub disk: String,
     /// qemu's cache mode for the test disk (`none`: no host page cache).
     pub disk_cache: String,
-    /// Seconds from starting qemu to the guest running the suite.
-    pub boot_s: Option<f64>,
     /// The host kernel the VM ran on.
     pub host_kernel: String,
+}
+
+/// One kernel of a VM run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct VmKernel {
+    /// The `--kernel` it came from (e.g. `deb:linux-image-amd64`).
+    pub spec: String,
+    /// Its release (`uname -r` in the guest).
+    pub release: String,
+    /// Its name on the kernel axis (`FsRun.kernel`): the release, made unique when the same
+    /// release was given twice.
+    pub label: String,
+    /// Seconds from starting qemu to the guest running the suite, one per boot.
+    pub boot_s: Vec<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsRun {
     pub fs: String,
+    /// The kernel these passes ran on (a `VmKernel.label`), when the run has several: the
+    /// kernel axis. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
     pub mkfs_opts: Vec<String>,
     pub mount_opts: String,
     pub device: String,
@@ -68,6 +85,15 @@ pub struct FsRun {
 }
 
 impl FsRun {
+    /// Its column in reports and its name in compare and explain: the filesystem, with
+    /// the kernel when the run has a kernel axis (`jfs@6.1.0-57-amd64`).
+    pub fn column(&self) -> String {
+        match &self.kernel {
+            Some(k) => format!("{}@{k}", self.fs),
+            None => self.fs.clone(),
+        }
+    }
+
     /// The cells of `step`, one per pass that ran it.
     pub fn runs_of(&self, step: &str) -> Vec<&StepRun> {
         self.passes
@@ -80,6 +106,9 @@ impl FsRun {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PassRun {
     pub pass: u32,
+    /// Unix time the pass started (before its mkfs).
+    #[serde(default)]
+    pub started: u64,
     pub mkfs_ns: u64,
     pub mount_ns: u64,
     /// Null until the pass finished.
@@ -104,9 +133,21 @@ pub struct StepRun {
 impl VmFacts {
     /// One line for report headers: the VM, and under TCG that its times are emulated.
     pub fn describe(&self) -> String {
-        let boot = self
-            .boot_s
-            .map_or(String::new(), |b| format!(", booted in {b:.1}s"));
+        let boots: Vec<f64> = self
+            .kernels
+            .iter()
+            .flat_map(|k| &k.boot_s)
+            .copied()
+            .collect();
+        let boot = match boots.len() {
+            0 => String::new(),
+            1 => format!(", booted in {:.1}s", boots[0]),
+            n => format!(
+                ", {n} boots of {:.1}–{:.1}s",
+                boots.iter().copied().fold(f64::INFINITY, f64::min),
+                boots.iter().copied().fold(0.0, f64::max)
+            ),
+        };
         let accel = if self.emulated {
             format!(
                 "{} (emulated CPU: times compare only with runs in the same emulator)",
@@ -164,6 +205,57 @@ impl RunResult {
             .map_err(|e| anyhow::anyhow!("{} is malformed: {e}", path.display()))
     }
 
+    /// The kernels on the run's kernel axis, in run order; empty without one.
+    pub fn kernel_axis(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for k in self.filesystems.iter().filter_map(|f| f.kernel.as_ref()) {
+            if !out.contains(k) {
+                out.push(k.clone());
+            }
+        }
+        out
+    }
+
+    /// One result per kernel of the axis, its filesystems without the kernel (so they
+    /// compare as plain runs); the whole run as one part when it has no axis.
+    pub fn split_by_kernel(&self) -> Vec<(String, RunResult)> {
+        let axis = self.kernel_axis();
+        if axis.is_empty() {
+            return vec![(self.kernel.clone(), self.clone())];
+        }
+        axis.into_iter()
+            .map(|k| {
+                let mut part = self.clone();
+                part.kernel = k.clone();
+                part.filesystems.retain(|f| f.kernel.as_ref() == Some(&k));
+                for f in &mut part.filesystems {
+                    f.kernel = None;
+                }
+                if let Some(vm) = &mut part.vm {
+                    vm.kernels.retain(|v| v.label == k);
+                }
+                // Cells by plain filesystem name, as the part's columns are named.
+                part.flames = RunFlames::default();
+                for (step, columns) in &self.flames.cells {
+                    for f in self
+                        .filesystems
+                        .iter()
+                        .filter(|f| f.kernel.as_ref() == Some(&k))
+                    {
+                        if let Some(files) = columns.get(&f.column()) {
+                            part.flames
+                                .cells
+                                .entry(step.clone())
+                                .or_default()
+                                .insert(f.fs.clone(), files.clone());
+                        }
+                    }
+                }
+                (k, part)
+            })
+            .collect()
+    }
+
     /// Step names in the order they ran.
     pub fn step_names(&self) -> Vec<String> {
         let mut seen = Vec::new();
@@ -218,6 +310,7 @@ impl RunResult {
                         lost_events: t.profile.lost.values().sum(),
                         probe_s: s(t.profile.probe_cost.as_ref().map(|c| c.run_ns).unwrap_or(0)),
                         probe_runs: t.profile.probe_cost.as_ref().map(|c| c.runs).unwrap_or(0),
+                        kernel: f.kernel.as_deref().unwrap_or(&self.kernel),
                     };
                     w.serialize(row).expect("CSV into memory");
                 }
@@ -251,6 +344,8 @@ struct CsvRow<'a> {
     lost_events: u64,
     probe_s: f64,
     probe_runs: u64,
+    /// Last, so the columns before it keep their places.
+    kernel: &'a str,
 }
 
 /// Graph files of a run, paths relative to the results file's directory.
@@ -310,5 +405,56 @@ mod tests {
         assert_eq!(&rows[0][2], "odd,\"name\"");
         let wall = head.iter().position(|h| h == "wall_s").unwrap();
         assert_eq!(rows[0][wall].parse::<f64>().unwrap(), 1.5);
+    }
+
+    #[test]
+    fn a_kernel_axis_splits_into_plain_runs_per_kernel() {
+        let col = |fs: &str, kernel: &str, wall_ns| FsRun {
+            fs: fs.into(),
+            kernel: Some(kernel.into()),
+            passes: vec![PassRun {
+                pass: 1,
+                steps: vec![StepRun {
+                    step: "rm".into(),
+                    trace: TraceResult {
+                        wall_ns,
+                        ..TraceResult::default()
+                    },
+                    ..StepRun::default()
+                }],
+                ..PassRun::default()
+            }],
+            ..FsRun::default()
+        };
+        let mut r = RunResult {
+            filesystems: vec![col("jfs", "a", 1), col("jfs", "b", 2), col("xfs", "a", 3)],
+            ..RunResult::default()
+        };
+        r.flames.cells.entry("rm".into()).or_default().insert(
+            "jfs@b".into(),
+            [(
+                "off-cpu.svg".to_string(),
+                "f/rm/jfs@b.off-cpu.svg".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(r.kernel_axis(), ["a", "b"]);
+        let parts = r.split_by_kernel();
+        assert_eq!(parts.len(), 2);
+        let (b, part) = &parts[1];
+        assert_eq!((b.as_str(), part.kernel.as_str()), ("b", "b"));
+        assert_eq!(part.filesystems.len(), 1);
+        assert_eq!(part.filesystems[0].column(), "jfs");
+        assert_eq!(part.filesystems[0].passes[0].steps[0].trace.wall_ns, 2);
+        assert_eq!(
+            part.flames.cells["rm"]["jfs"]["off-cpu.svg"],
+            "f/rm/jfs@b.off-cpu.svg"
+        );
+        let a = &parts[0].1;
+        let cols: Vec<String> = a.filesystems.iter().map(FsRun::column).collect();
+        assert_eq!(cols, ["jfs", "xfs"]);
+        assert!(a.to_csv().lines().skip(1).all(|l| l.ends_with(",a")));
+        let plain = RunResult::default();
+        assert_eq!(plain.split_by_kernel().len(), 1);
     }
 }

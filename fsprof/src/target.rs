@@ -76,6 +76,16 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
     let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     arg_ptrs.push(std::ptr::null());
     let dir = cwd.map(|d| cstring(d.as_os_str().as_bytes())).transpose()?;
+    // PWD follows the directory, as a shell's `cd` would leave it: a shell whose PWD names
+    // another directory asks getcwd(2) at start, a call the command itself did not make.
+    let env: Vec<CString> = std::env::vars_os()
+        .filter(|(k, _)| cwd.is_none() || k != "PWD")
+        .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+        .chain(cwd.map(|d| [b"PWD=".as_slice(), d.as_os_str().as_bytes()].concat()))
+        .map(cstring)
+        .collect::<Result<_>>()?;
+    let mut env_ptrs: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    env_ptrs.push(std::ptr::null());
     let (hold_r, hold_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     // SAFETY: the child only makes async-signal-safe calls on memory prepared before the
@@ -106,7 +116,7 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
                 libc::write(err_w, (&e as *const i32).cast(), 4);
                 libc::_exit(127);
             }
-            libc::execv(program.as_ptr(), arg_ptrs.as_ptr());
+            libc::execve(program.as_ptr(), arg_ptrs.as_ptr(), env_ptrs.as_ptr());
             let e = *libc::__errno_location();
             libc::write(err_w, (&e as *const i32).cast(), 4);
             libc::_exit(127);

@@ -80,6 +80,11 @@ pub fn strace_counts(command: &[String], cwd: &Path) -> Result<BTreeMap<String, 
     }
     let text = fs::read_to_string(&out)?;
     fs::remove_file(&out)?;
+    Ok(strace_summary(&text))
+}
+
+/// Per-syscall call counts of a `strace -c -U name,calls` summary.
+pub fn strace_summary(text: &str) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
     for line in text.lines() {
         let mut it = line.split_whitespace();
@@ -90,7 +95,7 @@ pub fn strace_counts(command: &[String], cwd: &Path) -> Result<BTreeMap<String, 
             counts.insert(name.to_string(), n);
         }
     }
-    Ok(counts)
+    counts
 }
 
 /// Per-syscall counts from an fsprof result.

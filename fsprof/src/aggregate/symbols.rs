@@ -16,24 +16,32 @@ use blazesym::symbolize::{
 use fsprof_common::{BUILD_ID_VALID, BuildIdFrame};
 
 /// Build id → the ELF file that has it. Filled from the files fsprof knows (the target's
-/// executable, fsprof itself) and, on the first miss, by scanning the usual binary and
-/// library directories.
+/// executable, the libraries fsprof itself maps) and, on a miss, by scanning the usual
+/// binary and library directories lazily, most likely first, until the id turns up: over a
+/// VM's 9p root every file read is a round trip, and most misses are libc's or a tool's in
+/// /usr/bin.
 #[derive(Default)]
 struct BuildIdIndex {
     paths: HashMap<Vec<u8>, PathBuf>,
-    scanned: bool,
+    /// Directories (with how deep below them to look) and files still to look at.
+    pending: Vec<(PathBuf, u32)>,
+    read: std::collections::HashSet<PathBuf>,
+    started: bool,
 }
 
-const SCAN_DIRS: &[&str] = &[
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib",
-    "/usr/bin",
-    "/usr/sbin",
-    "/usr/local/bin",
-    "/usr/local/lib",
-    "/usr/lib/postgresql",
+/// Scanned in this order (depth below each).
+const SCAN_DIRS: &[(&str, u32)] = &[
+    ("/usr/lib/x86_64-linux-gnu", 0),
+    ("/usr/lib/aarch64-linux-gnu", 0),
+    ("/usr/bin", 0),
+    ("/usr/sbin", 0),
+    ("/usr/lib64", 0),
+    ("/usr/local/bin", 0),
+    ("/usr/lib/x86_64-linux-gnu", 2),
+    ("/usr/lib/aarch64-linux-gnu", 2),
+    ("/usr/lib", 2),
+    ("/usr/local/lib", 2),
+    ("/usr/lib/postgresql", 3),
 ];
 
 /// The kernel stores build ids in a 20-byte field, zero-padded.
@@ -45,8 +53,18 @@ fn key(id: &[u8]) -> Vec<u8> {
     k
 }
 
+fn is_elf_candidate(e: &std::fs::DirEntry) -> bool {
+    let exec = e
+        .metadata()
+        .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
+    exec || e.file_name().to_string_lossy().contains(".so")
+}
+
 impl BuildIdIndex {
     fn add(&mut self, path: &Path) {
+        if !self.read.insert(path.to_path_buf()) {
+            return;
+        }
         if let Ok(Some(id)) = blazesym::helper::read_elf_build_id(path) {
             self.paths
                 .entry(key(&id))
@@ -54,40 +72,54 @@ impl BuildIdIndex {
         }
     }
 
-    fn scan_dir(&mut self, dir: &Path, depth: u32) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
+    /// The ELF files this process maps (libc, the loader, …): the target most likely
+    /// maps the same ones.
+    fn add_own_mappings(&mut self) {
+        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
             return;
         };
-        for e in entries.flatten() {
-            let Ok(ft) = e.file_type() else { continue };
-            let path = e.path();
-            if ft.is_dir() && depth > 0 {
-                self.scan_dir(&path, depth - 1);
-            } else if ft.is_file() {
-                let name = e.file_name();
-                let exec = e.metadata().is_ok_and(|m| {
-                    std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
-                });
-                if name.to_string_lossy().contains(".so") || exec {
-                    self.add(&path);
-                }
+        let mut seen = std::collections::HashSet::new();
+        for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+            if path.starts_with('/') && seen.insert(path) {
+                self.add(Path::new(path));
             }
         }
     }
 
     fn find(&mut self, id: &[u8]) -> Option<PathBuf> {
         let k = key(id);
-        if let Some(p) = self.paths.get(&k) {
-            return Some(p.clone());
+        if !self.started {
+            self.started = true;
+            self.pending = SCAN_DIRS
+                .iter()
+                .rev()
+                .map(|&(d, depth)| (PathBuf::from(d), depth + 1))
+                .collect();
         }
-        if !self.scanned {
-            self.scanned = true;
-            for d in SCAN_DIRS {
-                self.scan_dir(Path::new(d), 2);
+        while !self.paths.contains_key(&k) {
+            let (path, depth) = self.pending.pop()?;
+            // depth 0: a file found in a listing; n > 0: a directory to list n - 1 deep.
+            if depth == 0 {
+                self.add(&path);
+                continue;
             }
-            return self.paths.get(&k).cloned();
+            let Ok(entries) = std::fs::read_dir(&path) else {
+                continue;
+            };
+            let (mut dirs, mut files) = (Vec::new(), Vec::new());
+            for e in entries.flatten() {
+                let Ok(ft) = e.file_type() else { continue };
+                if ft.is_dir() && depth > 1 {
+                    dirs.push((e.path(), depth - 1));
+                } else if ft.is_file() && is_elf_candidate(&e) {
+                    files.push((e.path(), 0));
+                }
+            }
+            // A stack: this directory's files are looked at before its subdirectories.
+            self.pending.append(&mut dirs);
+            self.pending.append(&mut files);
         }
-        None
+        self.paths.get(&k).cloned()
     }
 }
 
@@ -121,9 +153,7 @@ fn name_of(s: &Symbolized) -> Option<String> {
 impl Symbols {
     fn new() -> Symbols {
         let mut index = BuildIdIndex::default();
-        if let Ok(me) = std::env::current_exe() {
-            index.add(&me);
-        }
+        index.add_own_mappings();
         Symbols {
             symbolizer: Symbolizer::builder().enable_code_info(false).build(),
             kernel: HashMap::new(),

@@ -168,7 +168,7 @@ fn check(base: &[RunResult], new: &[RunResult]) -> Result<Vec<String>> {
         describe_set(set, |r| {
             r.filesystems
                 .iter()
-                .map(|f| format!("{}[{}|{}]", f.fs, f.mount_opts, f.mkfs_opts.join(" ")))
+                .map(|f| format!("{}[{}|{}]", f.column(), f.mount_opts, f.mkfs_opts.join(" ")))
                 .collect::<Vec<_>>()
                 .join(",")
         })
@@ -194,7 +194,7 @@ fn check(base: &[RunResult], new: &[RunResult]) -> Result<Vec<String>> {
 /// Cells of `fs` × `step` over all files of a set.
 fn runs<'a>(set: &'a [RunResult], fs: &str, step: &str) -> Vec<&'a StepRun> {
     set.iter()
-        .flat_map(|r| r.filesystems.iter().filter(|f| f.fs == fs))
+        .flat_map(|r| r.filesystems.iter().filter(|f| f.column() == fs))
         .flat_map(|f| f.runs_of(step))
         .collect()
 }
@@ -205,7 +205,7 @@ fn cells(set: &[RunResult]) -> Vec<(String, String)> {
         for f in &r.filesystems {
             for p in &f.passes {
                 for s in &p.steps {
-                    let k = (f.fs.clone(), s.step.clone());
+                    let k = (f.column(), s.step.clone());
                     if !out.contains(&k) {
                         out.push(k);
                     }

@@ -130,8 +130,8 @@ struct Cell<'a> {
 
 impl<'a> Cell<'a> {
     fn load(r: &'a RunResult, dir: &Path, step: &str, fs: &'a str) -> Result<Cell<'a>> {
-        let Some(f) = r.filesystems.iter().find(|f| f.fs == fs) else {
-            let have: Vec<&str> = r.filesystems.iter().map(|f| f.fs.as_str()).collect();
+        let Some(f) = r.filesystems.iter().find(|f| f.column() == fs) else {
+            let have: Vec<String> = r.filesystems.iter().map(|f| f.column()).collect();
             bail!(
                 "no filesystem {fs} in this run (it has {})",
                 have.join(", ")

@@ -166,9 +166,11 @@ pub struct VmArgs {
     /// Kernel to run on: `host`, a kernel image (vmlinuz-RELEASE, modules beside it or in
     /// /lib/modules), or a Debian package fetched once, e.g. `deb:linux-image-amd64`
     /// (Linux 6.1, with jfs, reiserfs, f2fs and nilfs2). Other than `host`, fsprof runs in a
-    /// qemu VM on a raw virtio-blk disk (cache=none).
-    #[arg(long, default_value = "host")]
-    pub kernel: crate::vm::KernelSpec,
+    /// qemu VM on a raw virtio-blk disk (cache=none). Several (repeated or
+    /// comma-separated) make a kernel axis: passes alternate between them (A B A B) and
+    /// `compare --by kernel` compares them.
+    #[arg(long, default_value = "host", value_delimiter = ',')]
+    pub kernel: Vec<crate::vm::KernelSpec>,
     /// The VM's CPUs (default: the host's).
     #[arg(long)]
     pub vm_cpus: Option<u32>,
@@ -192,8 +194,18 @@ impl VmArgs {
         }
     }
 
-    /// The kernel to boot, fetched into `dir`/kernels if needed; None: the host's.
-    pub fn guest_kernel(&self, dir: &std::path::Path) -> Result<Option<crate::vm::GuestKernel>> {
-        self.kernel.resolve(&dir.join("kernels"))
+    /// The kernels to boot, fetched into `dir`/kernels if needed; none: the host's.
+    pub fn guest_kernels(&self, dir: &std::path::Path) -> Result<Vec<crate::vm::GuestKernel>> {
+        let host = self.kernel.contains(&crate::vm::KernelSpec::Host);
+        if host && self.kernel.len() > 1 {
+            anyhow::bail!(
+                "--kernel host with other kernels: bare-metal and VM times do not compare; run the host on its own"
+            );
+        }
+        let mut out = Vec::new();
+        for spec in &self.kernel {
+            out.extend(spec.resolve(&dir.join("kernels"))?);
+        }
+        Ok(out)
     }
 }

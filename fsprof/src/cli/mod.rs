@@ -61,7 +61,8 @@ enum Cmd {
 }
 
 fn list(vm: &args::VmArgs, dir: &std::path::Path) -> Result<ExitCode> {
-    let Some(kernel) = vm.guest_kernel(dir)? else {
+    let kernels = vm.guest_kernels(dir)?;
+    if kernels.is_empty() {
         for &kind in lab::FsKind::ALL {
             match kind.check_available() {
                 Ok(()) => println!("{:<9} available", kind.name()),
@@ -72,28 +73,30 @@ fn list(vm: &args::VmArgs, dir: &std::path::Path) -> Result<ExitCode> {
             "reiser4   unavailable: never merged into mainline Linux; no kernel fsprof boots has it"
         );
         return Ok(ExitCode::SUCCESS);
-    };
+    }
     // The guest's own `fsprof list` answers for its kernel and modules.
     std::fs::create_dir_all(dir)?;
     let (share, _) = vm::guest::scratch_paths(dir);
-    std::fs::create_dir_all(&share)?;
     let me = std::env::current_exe()?;
     let script = format!(
         "{} list > list.txt",
         shlex::try_quote(&me.to_string_lossy())?
     );
-    let ran = vm::guest::run(&kernel, &vm.config(), &[&share], None, &script);
-    let listed = std::fs::read_to_string(share.join("list.txt"));
-    let _ = std::fs::remove_dir_all(&share);
-    ran?;
-    let listed = listed.context("the VM wrote no list")?;
-    println!(
-        "kernel {} ({}) in qemu/{}:",
-        kernel.release,
-        kernel.spec,
-        vm.vm_accel.name()
-    );
-    print!("{listed}");
+    for kernel in kernels {
+        std::fs::create_dir_all(&share)?;
+        let ran = vm::guest::run(&kernel, &vm.config(), &[&share], None, &script);
+        let listed = std::fs::read_to_string(share.join("list.txt"));
+        let _ = std::fs::remove_dir_all(&share);
+        ran?;
+        let listed = listed.context("the VM wrote no list")?;
+        println!(
+            "kernel {} ({}) in qemu/{}:",
+            kernel.release,
+            kernel.spec,
+            vm.vm_accel.name()
+        );
+        print!("{listed}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -68,12 +68,23 @@ pub fn report_cmd(a: ReportArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// An axis of one run to compare along.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum By {
+    /// The run's kernels (`fsprof run --kernel A --kernel B`): each against the first.
+    Kernel,
+}
+
 #[derive(Args)]
 pub struct CompareArgs {
-    /// Base results, e.g. old-kernel.json or a.json,b.json.
+    /// Base results, e.g. old-kernel.json or a.json,b.json (with --by: the one run).
     base: String,
-    /// New results.
-    new: String,
+    /// New results (not with --by).
+    #[arg(required_unless_present = "by", conflicts_with = "by")]
+    new: Option<String>,
+    /// Compare along an axis of one run instead of two sets of runs.
+    #[arg(long, value_enum)]
+    by: Option<By>,
     /// Relative change that counts, in %.
     #[arg(long, default_value_t = 5.0)]
     threshold: f64,
@@ -100,29 +111,77 @@ pub fn compare_cmd(a: CompareArgs) -> Result<ExitCode> {
             .map(|p| Ok((PathBuf::from(p), RunResult::load(Path::new(p))?)))
             .collect()
     };
-    let (base, new) = (load(&a.base)?, load(&a.new)?);
-    let results = |set: &[(PathBuf, RunResult)]| -> Vec<RunResult> {
-        set.iter().map(|(_, r)| r.clone()).collect()
-    };
     let opts = compare::CompareOptions {
         threshold: a.threshold / 100.0,
         alpha: a.alpha,
     };
-    let c = compare::compare(&results(&base), &results(&new), &opts)?;
-    print!("{}", report::compare_table::render(&c, &opts, a.all));
+    // (base, new) pairs: two sets of files, or the first kernel against each other one.
+    let pairs = match (&a.new, a.by) {
+        (Some(new), _) => vec![(load(&a.base)?, load(new)?)],
+        (None, Some(By::Kernel)) => {
+            let path = PathBuf::from(&a.base);
+            let parts = RunResult::load(&path)?.split_by_kernel();
+            if parts.len() < 2 {
+                bail!(
+                    "{} has no kernel axis (it ran on one kernel); give two results files, or run with several --kernel",
+                    path.display()
+                );
+            }
+            let (first, rest) = parts.split_first().expect("two parts");
+            rest.iter()
+                .map(|other| {
+                    (
+                        vec![(path.clone(), first.1.clone())],
+                        vec![(path.clone(), other.1.clone())],
+                    )
+                })
+                .collect()
+        }
+        (None, None) => bail!("compare needs NEW results or --by kernel"),
+    };
+    let results = |set: &[(PathBuf, RunResult)]| -> Vec<RunResult> {
+        set.iter().map(|(_, r)| r.clone()).collect()
+    };
+    let mut regressed = false;
+    let mut all = Vec::new();
+    for (base, new) in &pairs {
+        let c = compare::compare(&results(base), &results(new), &opts)?;
+        if a.by.is_some() {
+            println!("kernel {} vs {} (base):", new[0].1.kernel, base[0].1.kernel);
+        }
+        print!("{}", report::compare_table::render(&c, &opts, a.all));
+        if let Some(path) = &a.html {
+            let path = numbered(path, all.len(), pairs.len());
+            report::compare_html::write(&c, base, new, &path)?;
+            eprintln!("fsprof: wrote {}", path.display());
+        }
+        regressed |= c.regressions().next().is_some();
+        all.push(c);
+    }
     if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&c)? + "\n")?;
+        let json = match &all[..] {
+            [one] => serde_json::to_string_pretty(one)?,
+            many => serde_json::to_string_pretty(many)?,
+        };
+        std::fs::write(path, json + "\n")?;
         eprintln!("fsprof: wrote {}", path.display());
     }
-    if let Some(path) = &a.html {
-        report::compare_html::write(&c, &base, &new, path)?;
-        eprintln!("fsprof: wrote {}", path.display());
-    }
-    let regressed = c.regressions().next().is_some();
     Ok(if a.fail_on_regression && regressed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// `cmp.html` → `cmp.2.html` for the second of several comparisons.
+fn numbered(path: &Path, i: usize, of: usize) -> PathBuf {
+    if of == 1 {
+        return path.to_path_buf();
+    }
+    let ext = path.extension().map(|e| e.to_string_lossy().into_owned());
+    path.with_extension(match ext {
+        Some(e) => format!("{}.{e}", i + 1),
+        None => (i + 1).to_string(),
     })
 }
 

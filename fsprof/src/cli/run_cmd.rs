@@ -115,16 +115,17 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         only: a.only.clone(),
         flames_dir: flames_dir.clone(),
     };
-    let outcome = match a.vm.guest_kernel(&a.dir)? {
-        None => run::run(&opts),
-        Some(kernel) => {
+    let kernels = a.vm.guest_kernels(&a.dir)?;
+    let outcome = match kernels.is_empty() {
+        true => run::run(&opts),
+        false => {
             // The guest's fsprof gets this command line, less what names host paths.
             let host_args: Vec<String> = std::env::args()
                 .skip_while(|a| a != "run")
                 .skip(1)
                 .collect();
             let guest_args = run::in_vm::guest_args(&host_args);
-            run::in_vm::run(&opts, &kernel, &a.vm.config(), &guest_args)
+            run::in_vm::run(&opts, &kernels, &a.vm.config(), &guest_args)
         }
     };
     // Whatever happened, every finished step of this run is shown and written.

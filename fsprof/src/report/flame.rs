@@ -90,9 +90,10 @@ pub fn render(folded: &Folded, kind: Kind, title: &str, path: &Path) -> Result<b
     let mut map = palette(folded, kind);
     let mut opts = options(title, kind.width_means(), Some(&mut map));
     let l = lines(folded);
-    let file = fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
-    flamegraph::from_lines(&mut opts, l.iter().map(String::as_str), file)
+    let mut svg = Vec::new();
+    flamegraph::from_lines(&mut opts, l.iter().map(String::as_str), &mut svg)
         .with_context(|| format!("rendering {}", path.display()))?;
+    write_file(path, &svg)?;
     Ok(true)
 }
 
@@ -124,10 +125,17 @@ pub fn render_diff(
     }
     let d = diff_lines(before, after)?;
     let mut opts = options(title, subtitle, None);
-    let file = fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
-    flamegraph::from_lines(&mut opts, d.lines(), file)
+    let mut svg = Vec::new();
+    flamegraph::from_lines(&mut opts, d.lines(), &mut svg)
         .with_context(|| format!("rendering {}", path.display()))?;
+    write_file(path, &svg)?;
     Ok(true)
+}
+
+/// In one write: inferno writes each XML token unbuffered, which costs a round trip per
+/// token on a VM's shared directory.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

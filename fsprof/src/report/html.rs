@@ -49,7 +49,7 @@ pub fn time_chart(r: &RunResult, step: &str) -> String {
             t(&|s| s.trace.profile.time.run_queue.ns),
         ];
         bars.push(Bar {
-            label: f.fs.clone(),
+            label: f.column(),
             segments: SEGMENTS
                 .iter()
                 .zip(vals)
@@ -63,7 +63,7 @@ pub fn time_chart(r: &RunResult, step: &str) -> String {
             }),
         });
         bars.push(Bar {
-            label: format!("{} kernel", f.fs),
+            label: format!("{} kernel", f.column()),
             segments: vec![(
                 "kernel background",
                 t(&|s| s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0)),
@@ -109,14 +109,14 @@ pub fn latency_charts(r: &RunResult, step: &str) -> Vec<String> {
     let plot = |title: String, get: &dyn Fn(&StepRun) -> Option<Summary>| {
         let series: Vec<(String, Vec<(&'static str, u64)>)> = cells
             .iter()
-            .filter_map(|(f, runs)| Some((f.fs.clone(), pts(&get(runs[0])?))))
+            .filter_map(|(f, runs)| Some((f.column(), pts(&get(runs[0])?))))
             .collect();
         charts::percentiles(&title, &series)
     };
     let hist = |title: String, get: &dyn Fn(&StepRun) -> Option<Summary>| {
         let series: Vec<(String, Vec<(u32, u64)>)> = cells
             .iter()
-            .filter_map(|(f, runs)| Some((f.fs.clone(), get(runs[0])?.log2)))
+            .filter_map(|(f, runs)| Some((f.column(), get(runs[0])?.log2)))
             .filter(|(_, b)| !b.is_empty())
             .collect();
         (!series.is_empty()).then(|| charts::histograms(&title, &series))
@@ -212,7 +212,7 @@ fn facts(r: &RunResult) -> String {
         let _ = write!(
             o,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&f.fs),
+            esc(&f.column()),
             esc(&f.mkfs_opts.join(" ")),
             esc(&f.mount_opts),
             esc(&f.device),
@@ -243,7 +243,7 @@ fn table(r: &RunResult, step: &str) -> String {
         let _ = write!(
             o,
             "<tr><td>{}</td><td>{}</td><td>{}–{}</td><td>{cpu}%</td><td>{}</td></tr>",
-            esc(&f.fs),
+            esc(&f.column()),
             m[0],
             seconds(*walls.iter().min().unwrap_or(&0)),
             seconds(*walls.iter().max().unwrap_or(&0)),
@@ -270,7 +270,7 @@ fn waited_for(r: &RunResult, step: &str) -> String {
         let _ = write!(
             o,
             "<p class=\"waits\"><b>{}</b> off-CPU, by what ended it: {}</p>",
-            esc(&f.fs),
+            esc(&f.column()),
             parts.join(", ")
         );
     }
@@ -401,7 +401,7 @@ pub fn render(r: &RunResult, results: &Path, html: &Path) -> String {
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>fsprof run: {}</title><style>{STYLE}</style><script>{SCRIPT}</script></head><body>",
         esc(&r.suite)
     );
-    let fs: Vec<&str> = r.filesystems.iter().map(|f| f.fs.as_str()).collect();
+    let fs: Vec<String> = r.filesystems.iter().map(|f| f.column()).collect();
     let _ = write!(
         o,
         "<h1>fsprof run: suite {} on {}</h1>{}",
@@ -431,7 +431,7 @@ pub fn render(r: &RunResult, results: &Path, html: &Path) -> String {
 pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Result<String> {
     std::fs::create_dir_all(charts_dir)?;
     let mut o = String::new();
-    let fs: Vec<&str> = r.filesystems.iter().map(|f| f.fs.as_str()).collect();
+    let fs: Vec<String> = r.filesystems.iter().map(|f| f.column()).collect();
     let _ = writeln!(
         o,
         "# fsprof run: suite {} on {}\n\nKernel {}, {} CPUs, {} memory; scale {}, {} passes (medians shown).\n",
@@ -458,7 +458,7 @@ pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Res
                 continue;
             }
             let m = median_cells(&runs).map(seconds);
-            let _ = writeln!(o, "| {} | {} |", f.fs, m.join(" | "));
+            let _ = writeln!(o, "| {} | {} |", f.column(), m.join(" | "));
         }
         let svg = charts_dir.join(format!("{step}.svg"));
         std::fs::write(&svg, time_chart(r, &step))?;

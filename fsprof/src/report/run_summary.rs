@@ -111,7 +111,7 @@ pub fn rows(r: &RunResult) -> Vec<SummaryRow> {
             .iter()
             .filter_map(|f| {
                 let runs = f.runs_of(&step);
-                (!runs.is_empty()).then(|| row(&step, &f.fs, &runs))
+                (!runs.is_empty()).then(|| row(&step, &f.column(), &runs))
             })
             .collect();
         let fastest = rows.iter().map(|r| r.wall_ns).min().unwrap_or(0).max(1);

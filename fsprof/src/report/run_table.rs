@@ -156,7 +156,7 @@ fn steps(o: &mut String, r: &RunResult) {
             let runs = f.runs_of(step);
             for (i, s) in runs.iter().enumerate() {
                 rows.push(row(
-                    &f.fs,
+                    &f.column(),
                     (i + 1).to_string(),
                     cells(s),
                     s.trace.cpu_percent(),
@@ -170,7 +170,7 @@ fn steps(o: &mut String, r: &RunResult) {
                         .collect(),
                 ) as f64
                     / 10.0;
-                let mut m = row(&f.fs, "median".into(), median_cells(&runs), cpu);
+                let mut m = row(&f.column(), "median".into(), median_cells(&runs), cpu);
                 m[3] = format!(
                     "{}–{}",
                     clock(*walls.iter().min().unwrap_or(&0)),
@@ -181,7 +181,7 @@ fn steps(o: &mut String, r: &RunResult) {
         }
         o.push_str(&table(&header, &rows));
         for f in &r.filesystems {
-            fs_event_lines(o, &f.fs, &f.runs_of(step));
+            fs_event_lines(o, &f.column(), &f.runs_of(step));
         }
         for f in &r.filesystems {
             for p in &f.passes {
@@ -195,7 +195,7 @@ fn steps(o: &mut String, r: &RunResult) {
                         .iter()
                         .map(|(k, v)| format!("{k} {v:.1}"))
                         .collect();
-                    let _ = writeln!(o, "  {} pass {}: {}", f.fs, p.pass, m.join(", "));
+                    let _ = writeln!(o, "  {} pass {}: {}", f.column(), p.pass, m.join(", "));
                 }
             }
         }
@@ -228,7 +228,7 @@ fn filesystems(o: &mut String, r: &RunResult) {
             "-".into()
         };
         rows.push(vec![
-            f.fs.clone(),
+            f.column(),
             f.mount_opts.clone(),
             seconds(med(&|p| Some(p.mkfs_ns))),
             seconds(med(&|p| Some(p.mount_ns))),

@@ -44,10 +44,11 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
                     }
                 };
                 let cells = &mut merged[si].1;
-                let fi = match cells.iter().position(|(n, _)| n == &f.fs) {
+                let column = f.column();
+                let fi = match cells.iter().position(|(n, _)| n == &column) {
                     Some(i) => i,
                     None => {
-                        cells.push((f.fs.clone(), BTreeMap::new()));
+                        cells.push((column, BTreeMap::new()));
                         cells.len() - 1
                     }
                 };
@@ -65,7 +66,7 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
         result
             .filesystems
             .iter()
-            .filter(|f| f.fs == fs)
+            .filter(|f| f.column() == fs)
             .map(|f| f.passes.len())
             .sum::<usize>()
     };
@@ -102,10 +103,10 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
                 }
             }
         }
-        let Some((base, base_kinds)) = cells.first() else {
-            continue;
-        };
-        for (fs, kinds) in cells.iter().skip(1) {
+        for (i, (fs, kinds)) in cells.iter().enumerate() {
+            let Some((base, base_kinds)) = diff_base(cells, i) else {
+                continue;
+            };
             for kind in DIFF_KINDS {
                 let empty = Folded::new();
                 let before = base_kinds.get(kind.file_stem()).unwrap_or(&empty);
@@ -134,6 +135,16 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
         }
     }
     Ok(out)
+}
+
+/// What column `i` of a step is drawn against: on a kernel axis the same filesystem on the
+/// first kernel (`jfs@B` vs `jfs@A`), else the step's first column; None for the base itself.
+fn diff_base(cells: &[(String, CellFolded)], i: usize) -> Option<&(String, CellFolded)> {
+    let fs = |column: &str| column.split('@').next().unwrap_or_default().to_string();
+    let me = fs(&cells[i].0);
+    let same_fs = cells.iter().position(|(c, _)| fs(c) == me)?;
+    let base = if same_fs < i { same_fs } else { 0 };
+    (base != i).then(|| &cells[base])
 }
 
 /// `fsprof-results.json` → `fsprof-results.flames`.

@@ -11,7 +11,8 @@ use anyhow::{Context, Result, bail};
 
 use super::{Outcome, RunOptions};
 use crate::{
-    results::{self, RunResult, VmFacts},
+    results::{self, RunResult, StepRun, VmFacts, VmKernel},
+    signals,
     vm::{GuestKernel, VmConfig, guest},
 };
 
@@ -25,6 +26,7 @@ const HOST_ONLY_VALUED: &[&str] = &[
     "--dir",
     "--device",
     "--flames",
+    "--passes",
 ];
 const HOST_ONLY_FLAGS: &[&str] = &["--force"];
 
@@ -58,15 +60,63 @@ impl Drop for Scratch {
     }
 }
 
-pub fn run(opts: &RunOptions, kernel: &GuestKernel, cfg: &VmConfig, args: &[String]) -> Outcome {
+/// One boot: a kernel and the passes it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Round {
+    kernel: usize,
+    first_pass: u32,
+    passes: u32,
+}
+
+/// One kernel: a single boot runs every pass. Several: a boot per pass and kernel,
+/// interleaved (A B A B), so drift over the run spreads over every kernel alike.
+fn rounds(kernels: usize, passes: u32) -> Vec<Round> {
+    if kernels == 1 {
+        return vec![Round {
+            kernel: 0,
+            first_pass: 1,
+            passes,
+        }];
+    }
+    (1..=passes)
+        .flat_map(|p| {
+            (0..kernels).map(move |k| Round {
+                kernel: k,
+                first_pass: p,
+                passes: 1,
+            })
+        })
+        .collect()
+}
+
+/// Names on the kernel axis: the releases, numbered where one repeats.
+fn labels(kernels: &[GuestKernel]) -> Vec<String> {
+    kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let same = kernels[..i]
+                .iter()
+                .filter(|o| o.release == k.release)
+                .count();
+            if same == 0 {
+                k.release.clone()
+            } else {
+                format!("{}_{}", k.release, same + 1)
+            }
+        })
+        .collect()
+}
+
+pub fn run(opts: &RunOptions, kernels: &[GuestKernel], cfg: &VmConfig, args: &[String]) -> Outcome {
     let mut result = None;
-    let error = run_into(opts, kernel, cfg, args, &mut result).err();
+    let error = run_into(opts, kernels, cfg, args, &mut result).err();
     Outcome { result, error }
 }
 
 fn run_into(
     opts: &RunOptions,
-    kernel: &GuestKernel,
+    kernels: &[GuestKernel],
     cfg: &VmConfig,
     args: &[String],
     out: &mut Option<RunResult>,
@@ -96,19 +146,128 @@ fn run_into(
         .with_context(|| format!("creating {}", opts.image_dir.display()))?;
     let (share, disk) = guest::scratch_paths(&opts.image_dir);
     let scratch = Scratch { share, disk };
-    fs::create_dir_all(&scratch.share)?;
     // Made natively here and shared: under an emulated CPU making a kernel-sized tree
     // would take longer than the steps that use it.
     super::prepare_sources(opts, &ctx)?;
+    let _ = fs::remove_dir_all(&flames_home);
+
+    let labels = labels(kernels);
+    let axis = kernels.len() > 1;
+    let mut vm = VmFacts {
+        kernels: kernels
+            .iter()
+            .zip(&labels)
+            .map(|(k, l)| VmKernel {
+                spec: k.spec.clone(),
+                release: k.release.clone(),
+                label: l.clone(),
+                boot_s: Vec::new(),
+            })
+            .collect(),
+        accel: cfg.accel.name().into(),
+        emulated: cfg.accel == crate::vm::Accel::Tcg,
+        cpus: cfg.cpus,
+        memory_bytes: cfg.memory_bytes,
+        disk: "raw image on virtio-blk".into(),
+        disk_cache: guest::DISK_CACHE.into(),
+        host_kernel: crate::os::kernel_release(),
+    };
+    let started = super::unix_now();
+    for round in rounds(kernels.len(), opts.passes) {
+        signals::check()?;
+        let kernel = &kernels[round.kernel];
+        let label = &labels[round.kernel];
+        let ran = boot(opts, kernel, cfg, args, &scratch, &stem, size, round.passes);
+        let guest_json = scratch.share.join(format!("{stem}.json"));
+        // What the guest finished counts even when it stopped early.
+        if guest_json.exists() {
+            let mut part = RunResult::load(&guest_json)?;
+            for f in &mut part.filesystems {
+                f.kernel = axis.then(|| label.clone());
+                for p in &mut f.passes {
+                    p.pass += round.first_pass - 1;
+                    for s in &mut p.steps {
+                        keep_pass_flames(
+                            s,
+                            &flames_home.join("passes").join(label),
+                            &f.fs,
+                            p.pass,
+                        )?;
+                    }
+                }
+            }
+            let merged = out.get_or_insert_with(|| RunResult {
+                kernel: if axis {
+                    labels.join(", ")
+                } else {
+                    kernel.release.clone()
+                },
+                passes: opts.passes,
+                started,
+                filesystems: Vec::new(),
+                ..part.clone()
+            });
+            merge(merged, part);
+            if let Ok(r) = &ran
+                && let Some(b) = r.boot
+            {
+                vm.kernels[round.kernel].boot_s.push(b.as_secs_f64());
+            }
+            merged.vm = Some(vm.clone());
+            merged.complete = false;
+            merged.save(&opts.results)?;
+        }
+        let ran = ran?;
+        if !guest_json.exists() {
+            bail!(
+                "the VM ({label}) ended (status {}) without a results file; its kernel log is above",
+                ran.status.map_or("killed".into(), |s| s.to_string())
+            );
+        }
+        fs::remove_file(&guest_json)?;
+        match ran.status {
+            Some(0) => {}
+            Some(s) => bail!("fsprof in the VM ({label}) exited with status {s}"),
+            None => bail!("the VM ({label}) was killed"),
+        }
+    }
+    let result = out.as_mut().context("no round ran")?;
+    result.complete = true;
+    result.interrupted = None;
+    if opts.stacks.is_some() {
+        match super::flames::draw(result, &flames_home, results::dir_of(&opts.results)) {
+            Ok(f) => result.flames = f,
+            Err(e) => eprintln!("fsprof: warning: flame graphs not drawn: {e:#}"),
+        }
+    }
+    result.save(&opts.results)
+}
+
+/// Boots `kernel` once to run `passes` passes of the suite, on a fresh disk image.
+#[allow(clippy::too_many_arguments)]
+fn boot(
+    opts: &RunOptions,
+    kernel: &GuestKernel,
+    cfg: &VmConfig,
+    args: &[String],
+    scratch: &Scratch,
+    stem: &str,
+    size: u64,
+    passes: u32,
+) -> Result<guest::GuestRun> {
+    let _ = fs::remove_dir_all(&scratch.share);
+    fs::create_dir_all(&scratch.share)?;
+    let _ = fs::remove_file(&scratch.disk);
     fs::File::create(&scratch.disk)
         .and_then(|f| f.set_len(size))
         .with_context(|| format!("creating the VM's disk {}", scratch.disk.display()))?;
-
     let me = std::env::current_exe().context("locating the fsprof binary")?;
     let share = scratch.share.to_str().context("--dir is not UTF-8")?;
     let mut cmd: Vec<String> = vec![me.to_string_lossy().into_owned(), "run".into()];
     cmd.extend(args.iter().cloned());
     cmd.extend([
+        "--passes".into(),
+        passes.to_string(),
         "--device".into(),
         guest::GUEST_DISK.into(),
         "--dir".into(),
@@ -122,53 +281,59 @@ fn run_into(
         shlex::try_join(cmd.iter().map(String::as_str))?
     );
     eprintln!(
-        "fsprof: booting {} ({}) in qemu/{} with {} CPUs, {} MiB; test disk {} on virtio-blk, cache={}",
+        "fsprof: booting {} ({}) in qemu/{} with {} CPUs, {} MiB for {passes} pass{}; test disk {} on virtio-blk, cache={}",
         kernel.spec,
         kernel.release,
         cfg.accel.name(),
         cfg.cpus,
         cfg.memory_bytes >> 20,
+        if passes == 1 { "" } else { "es" },
         crate::units::bytes(size),
         guest::DISK_CACHE
     );
-    let ran = guest::run(
+    guest::run(
         kernel,
         cfg,
         &[&scratch.share, &opts.image_dir],
         Some(&scratch.disk),
         &script,
-    )?;
-    let guest_json = scratch.share.join(format!("{stem}.json"));
-    if !guest_json.exists() {
-        bail!(
-            "the VM ended (status {}) without a results file; its kernel log is above",
-            ran.status.map_or("killed".into(), |s| s.to_string())
-        );
+    )
+}
+
+/// Moves a cell's per-pass stack files out of the VM's share (gone after the boot) to
+/// `dir`/pass<N>/, and points the cell at them.
+fn keep_pass_flames(s: &mut StepRun, dir: &Path, fs: &str, pass: u32) -> Result<()> {
+    let to = dir.join(format!("pass{pass}")).join(&s.step);
+    for path in s.trace.flames.values_mut() {
+        let from = PathBuf::from(&*path);
+        let name = from.file_name().context("flame file name")?;
+        let dest = to.join(format!("{fs}.{}", name.to_string_lossy()));
+        fs::create_dir_all(&to)?;
+        fs::copy(&from, &dest)
+            .with_context(|| format!("keeping {} as {}", from.display(), dest.display()))?;
+        *path = dest.display().to_string();
     }
-    let mut result = RunResult::load(&guest_json)?;
-    result.vm = Some(VmFacts {
-        kernel_spec: kernel.spec.clone(),
-        accel: cfg.accel.name().into(),
-        emulated: cfg.accel == crate::vm::Accel::Tcg,
-        cpus: cfg.cpus,
-        memory_bytes: cfg.memory_bytes,
-        disk: "raw image on virtio-blk".into(),
-        disk_cache: guest::DISK_CACHE.into(),
-        boot_s: ran.boot.map(|d| d.as_secs_f64()),
-        host_kernel: crate::os::kernel_release(),
-    });
-    let guest_flames = scratch.share.join(format!("{stem}.flames"));
-    if guest_flames.is_dir() {
-        let _ = fs::remove_dir_all(&flames_home);
-        copy_dir(&guest_flames, &flames_home)?;
+    Ok(())
+}
+
+/// Adds a boot's filesystems to the run: passes of a column already there join it; a new
+/// column goes after the last of its filesystem, so kernels of one filesystem sit together.
+fn merge(into: &mut RunResult, part: RunResult) {
+    for f in part.filesystems {
+        if let Some(have) = into
+            .filesystems
+            .iter_mut()
+            .find(|h| h.fs == f.fs && h.kernel == f.kernel)
+        {
+            have.passes.extend(f.passes);
+        } else if let Some(i) = into.filesystems.iter().rposition(|h| h.fs == f.fs) {
+            into.filesystems.insert(i + 1, f);
+        } else {
+            into.filesystems.push(f);
+        }
     }
-    result.save(&opts.results)?;
-    let status = ran.status;
-    *out = Some(result);
-    match status {
-        Some(0) => Ok(()),
-        Some(s) => bail!("fsprof in the VM exited with status {s}"),
-        None => bail!("the VM was killed"),
+    if let Some(why) = part.interrupted {
+        into.interrupted = Some(why);
     }
 }
 
@@ -190,19 +355,6 @@ fn check_tools() -> Result<()> {
     Ok(())
 }
 
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    fs::create_dir_all(to)?;
-    for e in fs::read_dir(from)?.flatten() {
-        let dest = to.join(e.file_name());
-        if e.file_type()?.is_dir() {
-            copy_dir(&e.path(), &dest)?;
-        } else {
-            fs::copy(e.path(), &dest)?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +371,8 @@ mod tests {
             "/var/tmp/x",
             "--passes",
             "2",
+            "--seed",
+            "3",
             "--vm-cpus",
             "2",
             "--force",
@@ -229,7 +383,66 @@ mod tests {
         .into();
         assert_eq!(
             guest_args(&host),
-            ["--fs", "jfs", "--passes", "2", "--only", "extract-tree"]
+            ["--fs", "jfs", "--seed", "3", "--only", "extract-tree"]
+        );
+    }
+
+    #[test]
+    fn several_kernels_alternate_pass_by_pass() {
+        let r = |kernel, first_pass, passes| Round {
+            kernel,
+            first_pass,
+            passes,
+        };
+        assert_eq!(rounds(1, 3), [r(0, 1, 3)]);
+        assert_eq!(
+            rounds(2, 2),
+            [r(0, 1, 1), r(1, 1, 1), r(0, 2, 1), r(1, 2, 1)]
+        );
+    }
+
+    #[test]
+    fn merged_columns_group_by_filesystem_and_repeated_releases_get_numbers() {
+        let k = |release: &str| GuestKernel {
+            spec: "deb:x".into(),
+            release: release.into(),
+            vmlinuz: PathBuf::new(),
+            modules: PathBuf::new(),
+        };
+        assert_eq!(
+            labels(&[k("6.1"), k("6.12"), k("6.1")]),
+            ["6.1", "6.12", "6.1_2"]
+        );
+        let col = |fs: &str, kernel: &str, pass| crate::results::FsRun {
+            fs: fs.into(),
+            kernel: Some(kernel.into()),
+            passes: vec![crate::results::PassRun {
+                pass,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let part = |kernel, pass| RunResult {
+            filesystems: vec![col("jfs", kernel, pass), col("ext4", kernel, pass)],
+            ..Default::default()
+        };
+        let mut all = RunResult::default();
+        for (kernel, pass) in [("a", 1), ("b", 1), ("a", 2), ("b", 2)] {
+            merge(&mut all, part(kernel, pass));
+        }
+        let cols: Vec<(String, Vec<u32>)> = all
+            .filesystems
+            .iter()
+            .map(|f| (f.column(), f.passes.iter().map(|p| p.pass).collect()))
+            .collect();
+        assert_eq!(
+            cols,
+            [
+                ("jfs@a".to_string(), vec![1, 2]),
+                ("jfs@b".to_string(), vec![1, 2]),
+                ("ext4@a".to_string(), vec![1, 2]),
+                ("ext4@b".to_string(), vec![1, 2]),
+            ]
         );
     }
 }

@@ -106,6 +106,12 @@ fn ns(d: std::time::Duration) -> u64 {
     d.as_nanos() as u64
 }
 
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 fn memory_bytes() -> u64 {
     let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     info.lines()
@@ -226,10 +232,7 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
         passes: opts.passes,
         seed: opts.seed,
         jobs: opts.jobs,
-        started: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        started: unix_now(),
         ..Default::default()
     });
     let mut progress = Progress::new(opts.filesystems.len() * opts.passes as usize * steps.len());
@@ -321,6 +324,7 @@ fn run_matrix(
         });
         for pass in 1..=opts.passes {
             signals::check()?;
+            let pass_started = unix_now();
             // A fresh filesystem for every pass.
             let mut labfs = LabFs::create(kind, &lab_opts)?;
             let fs_run = result.filesystems.last_mut().expect("pushed above");
@@ -328,6 +332,7 @@ fn run_matrix(
             fs_run.device_bytes = labfs.device_bytes();
             fs_run.passes.push(PassRun {
                 pass,
+                started: pass_started,
                 mkfs_ns: ns(labfs.mkfs_time),
                 mount_ns: ns(labfs.mount_time),
                 capacity_after_mkfs: labfs.capacity()?,

@@ -3,9 +3,10 @@
 //! /dev/vda. Ctrl-C or SIGTERM stops the VM.
 
 use std::{
+    io::{Read, Write},
     os::unix::process::CommandExt,
     path::{Path, PathBuf},
-    process::{Child, Command},
+    process::{Child, Command, Stdio},
     thread,
     time::{Duration, Instant, SystemTime},
 };
@@ -97,10 +98,20 @@ pub fn run(
     }
     let started = Instant::now();
     let t0 = SystemTime::now();
+    // Both through pipes: vng reopens /dev/stderr, which would truncate a log file our
+    // stderr was redirected to.
     let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .context("starting virtme-ng (vng); `cargo xtask setup` installs it")?;
-    let status = wait(&mut child)?;
+    let out = child.stdout.take().map(|o| thread::spawn(|| relay(o)));
+    let err = child.stderr.take().map(|e| thread::spawn(|| relay(e)));
+    let status = wait(&mut child);
+    for relay in [out, err].into_iter().flatten() {
+        let _ = relay.join();
+    }
+    let status = status?;
     let boot = std::fs::metadata(&stamp)
         .and_then(|m| m.modified())
         .ok()
@@ -111,6 +122,20 @@ pub fn run(
         boot,
         wall: started.elapsed(),
     })
+}
+
+/// The VM's output to our stderr (our stdout is the command's answer), without the NUL
+/// bytes the serial console starts with.
+fn relay(mut from: impl Read) {
+    let mut buf = [0u8; 8192];
+    let mut err = std::io::stderr();
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        let text: Vec<u8> = buf[..n].iter().copied().filter(|&b| b != 0).collect();
+        let _ = err.write_all(&text);
+    }
 }
 
 /// virtme-ng's entry point through the Python that has it, so a PATH without pip's

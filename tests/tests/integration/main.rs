@@ -62,7 +62,9 @@ fn main() {
         root stacks::fuse_daemon_work_is_background_work,
         root syscalls::rm_rf_counts_equal_strace,
         root syscalls::children_and_threads_are_all_followed,
-        root vm::debian_guest_fills_jfs_and_reiserfs_cells_and_leaves_nothing,
+        root vm::two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel,
+        root vm::guest_syscall_counts_equal_strace_in_the_guest,
+        root vm::sigint_mid_vm_run_leaves_no_qemu,
     ];
     let root = fsprof_tests::is_root();
     let skipped = all.iter().filter(|t| t.2 && !root).count();

@@ -1,60 +1,32 @@
-//! `fsprof run --kernel`: a Debian 6.1 guest under qemu (TCG here) runs the suite on
-//! filesystems this host kernel lacks.
+//! `fsprof run --kernel`: Debian 6.1 guests under qemu (TCG here) run the suite on
+//! filesystems this host kernel lacks, count syscalls as strace does, alternate between
+//! kernels, and leave nothing behind.
 
-use std::process::Command;
+use std::{
+    path::Path,
+    process::{Command, Output, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
 
 use fsprof::results::RunResult;
 use fsprof_tests::{TempDir, fsprof_bin};
 
-pub fn debian_guest_fills_jfs_and_reiserfs_cells_and_leaves_nothing() {
-    let dir = TempDir::new("vm");
-    let json = dir.0.join("r.json");
-    let out = Command::new(fsprof_bin())
-        .args([
-            "run",
-            "--kernel",
-            "deb:linux-image-amd64",
-            "--fs",
-            "jfs,reiserfs",
-            "--only",
-            "extract-tree",
-            "--scale",
-            "0.02",
-            "--passes",
-            "1",
-            "--json",
-        ])
-        .arg(&json)
+/// Fetched once into /var/tmp/fsprof/kernels (the default --dir) and kept.
+const KERNEL: &str = "deb:linux-image-amd64";
+
+fn fsprof(args: &[&str], json: &Path) -> Output {
+    Command::new(fsprof_bin())
+        .args(args)
+        .arg("--json")
+        .arg(json)
         .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{}", err);
-    let r = RunResult::load(&json).unwrap();
-    assert!(r.complete, "{:?}", r.interrupted);
-    assert!(r.kernel.starts_with("6.1."), "guest kernel {}", r.kernel);
-    let vm = r.vm.as_ref().expect("vm facts");
-    assert_eq!((vm.accel.as_str(), vm.emulated), ("tcg", true));
-    assert_eq!(vm.disk_cache, "none");
-    assert!(vm.boot_s.is_some_and(|b| b > 0.0), "{:?}", vm.boot_s);
-    let fs: Vec<&str> = r.filesystems.iter().map(|f| f.fs.as_str()).collect();
-    assert_eq!(fs, ["jfs", "reiserfs"]);
-    for f in &r.filesystems {
-        assert_eq!(f.device, "/dev/vda", "{}", f.fs);
-        let cells = f.runs_of("extract-tree");
-        assert_eq!(cells.len(), 1, "{}", f.fs);
-        let t = &cells[0].trace;
-        let syscalls: u64 = t.profile.syscalls.iter().map(|s| s.count).sum();
-        assert!(
-            t.wall_ns > 0 && syscalls > 1000,
-            "{}: {syscalls} syscalls",
-            f.fs
-        );
-        // The tree went through the guest's block layer to the virtio disk.
-        let written = fsprof_tests::block_bytes(t, "write");
-        assert!(written > 1 << 20, "{}: {written} bytes written", f.fs);
-    }
-    // Nothing of the VM stays: no qemu, no scratch share or disk image (tests run one at a
-    // time, so any such leftover is this run's).
+        .unwrap()
+}
+
+/// No qemu of fsprof, no VM share or disk image stays (tests run one at a time, so any
+/// such leftover is the test's).
+fn assert_no_vm_left() {
     let left: Vec<String> = std::fs::read_dir("/var/tmp/fsprof")
         .unwrap()
         .flatten()
@@ -68,4 +40,246 @@ pub fn debian_guest_fills_jfs_and_reiserfs_cells_and_leaves_nothing() {
         .unwrap();
     let ps = String::from_utf8_lossy(&ps.stdout);
     assert!(!ps.contains("fsprof-"), "{ps}");
+}
+
+/// The same Debian kernel twice makes a kernel axis of two columns per filesystem.
+pub fn two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel() {
+    let dir = TempDir::new("vm");
+    let json = dir.0.join("r.json");
+    let kernels = format!("{KERNEL},{KERNEL}");
+    let out = fsprof(
+        &[
+            "run",
+            "--kernel",
+            &kernels,
+            "--fs",
+            "jfs,reiserfs",
+            "--only",
+            "extract-tree",
+            "--scale",
+            "0.02",
+            "--passes",
+            "2",
+        ],
+        &json,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let r = RunResult::load(&json).unwrap();
+    assert!(r.complete, "{:?}", r.interrupted);
+    let vm = r.vm.as_ref().expect("vm facts");
+    assert_eq!((vm.accel.as_str(), vm.emulated), ("tcg", true));
+    assert_eq!(vm.disk_cache, "none");
+    let labels: Vec<&str> = vm.kernels.iter().map(|k| k.label.as_str()).collect();
+    let release = &vm.kernels[0].release;
+    assert!(release.starts_with("6.1."), "guest kernel {release}");
+    assert_eq!(labels, [release.clone(), format!("{release}_2")]);
+    for k in &vm.kernels {
+        assert_eq!(k.spec, KERNEL);
+        assert_eq!(k.boot_s.len(), 2, "a boot per pass: {:?}", k.boot_s);
+        assert!(k.boot_s.iter().all(|&b| b > 0.0), "{:?}", k.boot_s);
+    }
+    assert_eq!(r.kernel_axis(), labels);
+    let columns: Vec<String> = r.filesystems.iter().map(|f| f.column()).collect();
+    assert_eq!(
+        columns,
+        [
+            format!("jfs@{}", labels[0]),
+            format!("jfs@{}", labels[1]),
+            format!("reiserfs@{}", labels[0]),
+            format!("reiserfs@{}", labels[1]),
+        ]
+    );
+    let mut starts = Vec::new();
+    for f in &r.filesystems {
+        assert_eq!(f.device, "/dev/vda", "{}", f.column());
+        let passes: Vec<u32> = f.passes.iter().map(|p| p.pass).collect();
+        assert_eq!(passes, [1, 2], "{}", f.column());
+        for p in &f.passes {
+            starts.push((p.started, p.pass, f.kernel.clone().unwrap()));
+        }
+        for cell in f.runs_of("extract-tree") {
+            let t = &cell.trace;
+            let syscalls: u64 = t.profile.syscalls.iter().map(|s| s.count).sum();
+            assert!(
+                t.wall_ns > 0 && syscalls > 1000,
+                "{}: {syscalls}",
+                f.column()
+            );
+            // The tree went through the guest's block layer to the virtio disk.
+            let written = fsprof_tests::block_bytes(t, "write");
+            assert!(written > 1 << 20, "{}: {written} B written", f.column());
+            for path in t.flames.values() {
+                assert!(Path::new(path).is_file(), "per-pass stacks {path}");
+            }
+        }
+    }
+    // A B A B: every pass of kernel A started before the same pass of B, and after the
+    // previous pass of B.
+    starts.sort();
+    let order: Vec<(u32, &str)> = starts.iter().map(|(_, p, k)| (*p, k.as_str())).collect();
+    let by_pass: Vec<u32> = order.iter().map(|(p, _)| *p).collect();
+    assert!(by_pass.is_sorted(), "passes interleave: {starts:?}");
+    // Flame graphs drawn over both boots of each column, and each kernel against the first.
+    let cells = &r.flames.cells["extract-tree"];
+    let svg = &cells[&columns[1]]["off-cpu.svg"];
+    assert!(dir.0.join(svg).is_file(), "{svg}");
+    assert!(
+        r.flames
+            .diffs
+            .iter()
+            .any(|d| d.fs == columns[1] && d.base == columns[0]),
+        "{:?}",
+        r.flames.diffs
+    );
+
+    let cmp = dir.0.join("cmp.json");
+    let out = Command::new(fsprof_bin())
+        .args(["compare", "--by", "kernel", "--all", "--json"])
+        .arg(&cmp)
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("kernel {} vs {} (base)", labels[1], labels[0])),
+        "{text}"
+    );
+    let c: serde_json::Value = serde_json::from_slice(&std::fs::read(&cmp).unwrap()).unwrap();
+    let rows = c["rows"].as_array().unwrap();
+    for fs in ["jfs", "reiserfs"] {
+        let wall = rows
+            .iter()
+            .find(|r| r["fs"] == fs && r["step"] == "extract-tree" && r["metric"] == "wall")
+            .unwrap_or_else(|| panic!("no wall row for {fs}: {text}"));
+        assert_eq!(
+            (wall["n_base"].as_u64(), wall["n_new"].as_u64()),
+            (Some(2), Some(2))
+        );
+        assert!(wall["p"].is_number(), "{wall}");
+    }
+    // A VM run and a bare-metal one are not compared.
+    let report = Command::new(fsprof_bin())
+        .args(["report"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        table.contains(&columns[3]) && table.contains("tcg"),
+        "{table}"
+    );
+    assert_no_vm_left();
+}
+
+/// In the guest, fsprof's syscall counts of a shell script equal `strace -c -f`'s of the
+/// same script, run by a second step on the same filesystem.
+pub fn guest_syscall_counts_equal_strace_in_the_guest() {
+    let dir = TempDir::new("vm-strace");
+    let json = dir.0.join("r.json");
+    // Written by the guest into the default --dir, which it shares.
+    let summary = Path::new("/var/tmp/fsprof").join(format!("strace-{}.txt", std::process::id()));
+    let script = "mkdir t && cd t && for i in $(seq 300); do echo $i > f$i; done && cat f1 f2 f3 > /dev/null && cd .. && rm -rf t";
+    // fsprof runs a step as `sh -c TEMPLATE`: the same shell strace starts below.
+    let traced = format!("traced={script}");
+    let stracing = format!(
+        "stracing=strace -f -c -U name,calls -o {} sh -c '{script}'",
+        summary.display()
+    );
+    let out = Command::new(fsprof_bin())
+        .args(["run", "--kernel", KERNEL, "--fs", "ext4", "--suite", "none"])
+        .args([
+            "--passes",
+            "1",
+            "--no-stacks",
+            "--step",
+            &traced,
+            "--step",
+            &stracing,
+        ])
+        .arg("--json")
+        .arg(&json)
+        .current_dir(&dir.0)
+        .output()
+        .unwrap();
+    let strace = std::fs::read_to_string(&summary);
+    let _ = std::fs::remove_file(&summary);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = fsprof_tests::strace_summary(&strace.expect("strace's summary"));
+    let r = RunResult::load(&json).unwrap();
+    let cell = r.filesystems[0].runs_of("traced")[0];
+    let ours = fsprof_tests::fsprof_counts(&cell.trace);
+    assert!(ours.get("openat").copied().unwrap_or(0) >= 300, "{ours:?}");
+    assert_eq!(
+        ours, theirs,
+        "fsprof (left) vs strace -c -f (right), in the guest"
+    );
+    assert_no_vm_left();
+}
+
+/// Ctrl-C while the guest boots or runs stops fsprof with an error and the VM with it.
+pub fn sigint_mid_vm_run_leaves_no_qemu() {
+    let dir = TempDir::new("vm-sigint");
+    let mut child = Command::new(fsprof_bin())
+        .args([
+            "run",
+            "--kernel",
+            KERNEL,
+            "--fs",
+            "ext4",
+            "--only",
+            "extract-tree",
+        ])
+        .args(["--scale", "0.02", "--passes", "1", "--json"])
+        .arg(dir.0.join("r.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let image = format!("fsprof-{}-vm.img", child.id());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ps = Command::new("pgrep")
+            .args(["-af", "qemu-system"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&ps.stdout).contains(&image) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no qemu started within 120 s");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "fsprof ended before qemu started"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    // Into the boot or the suite.
+    thread::sleep(Duration::from_secs(15));
+    // SAFETY: kill(2) on our own child's pid; it has not been reaped (try_wait saw it run).
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fsprof still running 60 s after SIGINT"
+        );
+        thread::sleep(Duration::from_millis(200));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert_no_vm_left();
 }
