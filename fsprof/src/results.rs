@@ -228,28 +228,19 @@ impl RunResult {
                 let mut part = self.clone();
                 part.kernel = k.clone();
                 part.filesystems.retain(|f| f.kernel.as_ref() == Some(&k));
-                for f in &mut part.filesystems {
-                    f.kernel = None;
-                }
                 if let Some(vm) = &mut part.vm {
                     vm.kernels.retain(|v| v.label == k);
                 }
-                // Cells by plain filesystem name, as the part's columns are named.
+                // Cells renamed from `fs@kernel` to `fs`, as the part's columns are.
                 part.flames = RunFlames::default();
-                for (step, columns) in &self.flames.cells {
-                    for f in self
-                        .filesystems
-                        .iter()
-                        .filter(|f| f.kernel.as_ref() == Some(&k))
-                    {
+                for f in &mut part.filesystems {
+                    for (step, columns) in &self.flames.cells {
                         if let Some(files) = columns.get(&f.column()) {
-                            part.flames
-                                .cells
-                                .entry(step.clone())
-                                .or_default()
-                                .insert(f.fs.clone(), files.clone());
+                            let cells = part.flames.cells.entry(step.clone()).or_default();
+                            cells.insert(f.fs.clone(), files.clone());
                         }
                     }
+                    f.kernel = None;
                 }
                 (k, part)
             })

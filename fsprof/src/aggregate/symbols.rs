@@ -20,13 +20,12 @@ use fsprof_common::{BUILD_ID_VALID, BuildIdFrame};
 /// binary and library directories lazily, most likely first, until the id turns up: over a
 /// VM's 9p root every file read is a round trip, and most misses are libc's or a tool's in
 /// /usr/bin.
-#[derive(Default)]
 struct BuildIdIndex {
     paths: HashMap<Vec<u8>, PathBuf>,
-    /// Directories (with how deep below them to look) and files still to look at.
+    /// A stack of what is still to look at: (file, 0) or (directory, levels to list).
     pending: Vec<(PathBuf, u32)>,
+    /// Files whose build id was read (a directory may be listed twice, shallow first).
     read: std::collections::HashSet<PathBuf>,
-    started: bool,
 }
 
 /// Scanned in this order (depth below each).
@@ -61,6 +60,20 @@ fn is_elf_candidate(e: &std::fs::DirEntry) -> bool {
 }
 
 impl BuildIdIndex {
+    fn new() -> BuildIdIndex {
+        let mut index = BuildIdIndex {
+            paths: HashMap::new(),
+            pending: SCAN_DIRS
+                .iter()
+                .rev()
+                .map(|&(d, depth)| (PathBuf::from(d), depth + 1))
+                .collect(),
+            read: Default::default(),
+        };
+        index.add_own_mappings();
+        index
+    }
+
     fn add(&mut self, path: &Path) {
         if !self.read.insert(path.to_path_buf()) {
             return;
@@ -78,9 +91,8 @@ impl BuildIdIndex {
         let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
             return;
         };
-        let mut seen = std::collections::HashSet::new();
         for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
-            if path.starts_with('/') && seen.insert(path) {
+            if path.starts_with('/') {
                 self.add(Path::new(path));
             }
         }
@@ -88,17 +100,8 @@ impl BuildIdIndex {
 
     fn find(&mut self, id: &[u8]) -> Option<PathBuf> {
         let k = key(id);
-        if !self.started {
-            self.started = true;
-            self.pending = SCAN_DIRS
-                .iter()
-                .rev()
-                .map(|&(d, depth)| (PathBuf::from(d), depth + 1))
-                .collect();
-        }
         while !self.paths.contains_key(&k) {
             let (path, depth) = self.pending.pop()?;
-            // depth 0: a file found in a listing; n > 0: a directory to list n - 1 deep.
             if depth == 0 {
                 self.add(&path);
                 continue;
@@ -152,8 +155,7 @@ fn name_of(s: &Symbolized) -> Option<String> {
 
 impl Symbols {
     fn new() -> Symbols {
-        let mut index = BuildIdIndex::default();
-        index.add_own_mappings();
+        let index = BuildIdIndex::new();
         Symbols {
             symbolizer: Symbolizer::builder().enable_code_info(false).build(),
             kernel: HashMap::new(),

@@ -80,6 +80,9 @@ pub struct RunArgs {
     /// e.g. xfs inode inactivation, may land in a later step or nowhere).
     #[arg(long)]
     no_quiesce: bool,
+    /// Per-pass stacks only, no per-cell graphs (what `--kernel` asks of the guest).
+    #[arg(long, hide = true)]
+    no_cell_graphs: bool,
     /// Report every pass of every step with all time classes, not just the summary.
     #[arg(long, short)]
     verbose: bool,
@@ -114,6 +117,7 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         quiesce: !a.no_quiesce,
         only: a.only.clone(),
         flames_dir: flames_dir.clone(),
+        draw_cells: !a.no_cell_graphs,
     };
     let kernels = a.vm.guest_kernels(&a.dir)?;
     let outcome = match kernels.is_empty() {

@@ -182,7 +182,8 @@ fn run_into(
         // What the guest finished counts even when it stopped early.
         if guest_json.exists() {
             let mut part = RunResult::load(&guest_json)?;
-            for f in &mut part.filesystems {
+            let mut columns = std::mem::take(&mut part.filesystems);
+            for f in &mut columns {
                 f.kernel = axis.then(|| label.clone());
                 for p in &mut f.passes {
                     p.pass += round.first_pass - 1;
@@ -204,10 +205,12 @@ fn run_into(
                 },
                 passes: opts.passes,
                 started,
-                filesystems: Vec::new(),
                 ..part.clone()
             });
-            merge(merged, part);
+            merge(merged, columns);
+            if let Some(why) = part.interrupted {
+                merged.interrupted = Some(why);
+            }
             if let Ok(r) = &ran
                 && let Some(b) = r.boot
             {
@@ -266,6 +269,7 @@ fn boot(
     let mut cmd: Vec<String> = vec![me.to_string_lossy().into_owned(), "run".into()];
     cmd.extend(args.iter().cloned());
     cmd.extend([
+        "--no-cell-graphs".into(),
         "--passes".into(),
         passes.to_string(),
         "--device".into(),
@@ -300,15 +304,20 @@ fn boot(
     )
 }
 
-/// Moves a cell's per-pass stack files out of the VM's share (gone after the boot) to
-/// `dir`/pass<N>/, and points the cell at them.
+/// Copies a cell's per-pass stack files out of the VM's share (gone after the boot) to
+/// `dir`/pass<N>/<step>/<fs>.<kind>, and points the cell at them. The guest's own names
+/// (`<fs>-pass1.<kind>`) number passes per boot, not per run.
 fn keep_pass_flames(s: &mut StepRun, dir: &Path, fs: &str, pass: u32) -> Result<()> {
     let to = dir.join(format!("pass{pass}")).join(&s.step);
+    fs::create_dir_all(&to)?;
     for path in s.trace.flames.values_mut() {
         let from = PathBuf::from(&*path);
-        let name = from.file_name().context("flame file name")?;
-        let dest = to.join(format!("{fs}.{}", name.to_string_lossy()));
-        fs::create_dir_all(&to)?;
+        let name = from
+            .file_name()
+            .context("flame file name")?
+            .to_string_lossy();
+        let kind = name.split_once('.').map_or(&*name, |(_, k)| k);
+        let dest = to.join(format!("{fs}.{kind}"));
         fs::copy(&from, &dest)
             .with_context(|| format!("keeping {} as {}", from.display(), dest.display()))?;
         *path = dest.display().to_string();
@@ -318,8 +327,8 @@ fn keep_pass_flames(s: &mut StepRun, dir: &Path, fs: &str, pass: u32) -> Result<
 
 /// Adds a boot's filesystems to the run: passes of a column already there join it; a new
 /// column goes after the last of its filesystem, so kernels of one filesystem sit together.
-fn merge(into: &mut RunResult, part: RunResult) {
-    for f in part.filesystems {
+fn merge(into: &mut RunResult, columns: Vec<crate::results::FsRun>) {
+    for f in columns {
         if let Some(have) = into
             .filesystems
             .iter_mut()
@@ -331,9 +340,6 @@ fn merge(into: &mut RunResult, part: RunResult) {
         } else {
             into.filesystems.push(f);
         }
-    }
-    if let Some(why) = part.interrupted {
-        into.interrupted = Some(why);
     }
 }
 
@@ -422,10 +428,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let part = |kernel, pass| RunResult {
-            filesystems: vec![col("jfs", kernel, pass), col("ext4", kernel, pass)],
-            ..Default::default()
-        };
+        let part = |kernel, pass| vec![col("jfs", kernel, pass), col("ext4", kernel, pass)];
         let mut all = RunResult::default();
         for (kernel, pass) in [("a", 1), ("b", 1), ("a", 2), ("b", 2)] {
             merge(&mut all, part(kernel, pass));

@@ -91,6 +91,9 @@ pub struct RunOptions {
     pub quiesce: bool,
     /// Where folded stacks and flame graphs go (with `stacks`).
     pub flames_dir: PathBuf,
+    /// Draw the per-cell graphs at the end; false in a VM, whose host draws them over
+    /// every boot's passes.
+    pub draw_cells: bool,
     /// Only these steps of the suite (empty: all), in the suite's order.
     pub only: Vec<String>,
 }
@@ -242,7 +245,7 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
         Ok(()) => result.complete = true,
         Err(e) => result.interrupted = Some(format!("{e:#}")),
     }
-    if opts.stacks.is_some() {
+    if opts.stacks.is_some() && opts.draw_cells {
         match flames::draw(result, &opts.flames_dir, results::dir_of(&opts.results)) {
             Ok(f) => result.flames = f,
             Err(e) => eprintln!("fsprof: warning: flame graphs not drawn: {e:#}"),

@@ -117,9 +117,8 @@ pub fn two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel() {
     // A B A B: every pass of kernel A started before the same pass of B, and after the
     // previous pass of B.
     starts.sort();
-    let order: Vec<(u32, &str)> = starts.iter().map(|(_, p, k)| (*p, k.as_str())).collect();
-    let by_pass: Vec<u32> = order.iter().map(|(p, _)| *p).collect();
-    assert!(by_pass.is_sorted(), "passes interleave: {starts:?}");
+    let by_time: Vec<u32> = starts.iter().map(|(_, pass, _)| *pass).collect();
+    assert!(by_time.is_sorted(), "passes interleave: {starts:?}");
     // Flame graphs drawn over both boots of each column, and each kernel against the first.
     let cells = &r.flames.cells["extract-tree"];
     let svg = &cells[&columns[1]]["off-cpu.svg"];
@@ -163,7 +162,7 @@ pub fn two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel() {
         );
         assert!(wall["p"].is_number(), "{wall}");
     }
-    // A VM run and a bare-metal one are not compared.
+    // The report names the columns and the emulator.
     let report = Command::new(fsprof_bin())
         .args(["report"])
         .arg(&json)
