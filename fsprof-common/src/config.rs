@@ -36,10 +36,17 @@ pub struct ProbeConfig {
     /// which fs tracepoint events must lead to; 0: the FS_DEVS map decides.
     pub fs_dev: u32,
     pub _pad: u32,
+    /// Off-CPU waits at least this long get a stack each; shorter ones are sampled, one
+    /// stack per this much waiting per thread and class, which carries the time since the
+    /// last one (0: a stack for every wait).
+    pub off_cpu_period_ns: u64,
+    /// offsetof(struct task_struct, tgid), (struct task_struct, comm)
+    pub task_tgid: u32,
+    pub task_comm: u32,
 }
 
 // Passed to the kernel as plain bytes (aya::Pod): no implicit padding anywhere.
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4 + 8 + 2 * 4);
 
 // Task state bits (include/linux/sched.h); #defines, so not in BTF, and stable for decades.
 pub const TASK_INTERRUPTIBLE: u32 = 0x1;

@@ -191,13 +191,44 @@ pub struct TaskState {
     /// Zero until the thread execs the target command: syscalls fsprof's own forked child
     /// makes before exec are not the target's and are not counted. Inherited on fork.
     pub armed: u32,
-    /// Stack id (STACK_IDS) captured when the thread went off-CPU; 0: none. The off-CPU
-    /// time of the episode is added to this stack when each phase closes.
-    pub stack: u32,
+    /// User stack id (USER_STACK_IDS) of the current off-CPU episode, taken at switch-out
+    /// (a sleeping thread's user stack cannot be read); 0: none or not yet known.
+    pub ep_user: u32,
     /// `OnCpuTask::ustack` while the thread is off-CPU inside a syscall.
     pub ustack: u32,
+    /// With off_cpu_period_ns 0, the whole stack taken at switch-out (its frames include
+    /// the scheduler's, which an unwind of a sleeping thread skips).
+    pub ep_stack: u32,
+    /// Non-zero: the episode began inside a syscall, whose user stack the thread will
+    /// still have when it next runs in its own context.
+    pub ep_in_syscall: u32,
     pub _pad: u32,
+    /// A blocked phase chosen for a stack at its wakeup, waiting for the switch-in that
+    /// unwinds the thread's kernel stack: its weight, phases, class and waker stack id.
+    pub pend_ns: u64,
+    pub pend_n: u32,
+    pub pend_class: u32,
+    pub pend_waker: u32,
+    /// Phases given a kernel stack at the last switch-in whose user stack is taken when
+    /// the thread next runs its own code in the kernel (switch-out or syscall exit); the
+    /// kernel half waits in PENDING_KEYS. Bit 0: [0] is the blocked phase (with
+    /// `aw_waker`); bit 1: [1] is the phase that ended at the switch-in.
+    pub aw_mask: u32,
+    pub aw_ns: [u64; 2],
+    pub aw_n: [u32; 2],
+    pub aw_class: [u32; 2],
+    pub aw_waker: u32,
+    pub _pad2: u32,
+    /// Per off-CPU class: time and phases since the last stack of that class (not yet
+    /// attributed), and that stack and its waker, which take the remainder at exit.
+    pub short_ns: [u64; TIME_CLASSES as usize],
+    pub short_n: [u32; TIME_CLASSES as usize],
+    pub last_stack: [u32; TIME_CLASSES as usize],
+    pub last_waker: [u32; TIME_CLASSES as usize],
 }
+
+// Shared with userspace as plain bytes (aya::Pod): no implicit padding.
+const _: () = assert!(core::mem::size_of::<TaskState>() == 240);
 
 /// The followed thread running on a CPU (a per-CPU array of one), set at every switch-in:
 /// the syscall programs, which run for every syscall of every thread, find it without a
@@ -215,14 +246,22 @@ pub struct OnCpuTask {
     /// syscall reuses it: rm on xfs switches out several times per unlinkat.
     pub ustack: u32,
     pub sc_start: u64,
+    /// Non-zero: the thread's TaskState has phases waiting for its user stack (aw_mask),
+    /// which its syscall exit takes.
+    pub await_user: u32,
+    pub _pad: u32,
 }
 
-/// Block request in flight, keyed by `struct request *`.
+/// Block request in flight, keyed by `struct request *`, with its device and class as
+/// read when it was first seen (neither changes in flight), so later events of the same
+/// request read only its length.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RequestTimes {
     pub start: u64,
     pub issue: u64,
+    pub dev: u32,
+    pub class: u32,
 }
 
 /// Counters of things that went wrong or were dropped; every report shows non-zero ones.

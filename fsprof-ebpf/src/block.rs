@@ -44,30 +44,31 @@ fn watched_dev(rq: u64) -> Option<u32> {
 }
 
 #[inline(always)]
-fn stats(dev: u32, class: BlockClass) -> Option<*mut BlockStats> {
-    let key = BlockKey {
-        dev,
-        class: class as u32,
-    };
+fn stats(dev: u32, class: u32) -> Option<*mut BlockStats> {
+    let key = BlockKey { dev, class };
     entry_or_lost(&BLOCK, &key, Lost::BlockKeysFull)
 }
 
 #[inline(always)]
-fn class_and_len(rq: u64) -> (BlockClass, u32) {
-    let cfg = config();
-    let flags = read_kernel::<u32>(rq, cfg.request_cmd_flags).unwrap_or(0);
-    let len = read_kernel::<u32>(rq, cfg.request_data_len).unwrap_or(0);
-    (BlockClass::from_cmd_flags(flags), len)
+fn class_of(rq: u64) -> BlockClass {
+    BlockClass::from_cmd_flags(read_kernel::<u32>(rq, config().request_cmd_flags).unwrap_or(0))
+}
+
+#[inline(always)]
+fn data_len(rq: u64) -> u32 {
+    read_kernel::<u32>(rq, config().request_data_len).unwrap_or(0)
 }
 
 #[inline(always)]
 fn note_start(rq: u64, flags: u64) {
-    if watched_dev(rq).is_none() {
+    let Some(dev) = watched_dev(rq) else {
         return;
-    }
+    };
     let times = RequestTimes {
         start: now(),
         issue: 0,
+        dev,
+        class: class_of(rq) as u32,
     };
     // EEXIST (an earlier start already recorded) is expected with BPF_NOEXIST.
     if REQUESTS.insert(rq, times, flags).is_err() && flags == 0 {
@@ -94,22 +95,29 @@ pub fn block_rq_insert(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "block_rq_issue")]
 pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
     let rq = ctx.arg::<u64>(0);
-    let Some(dev) = watched_dev(rq) else {
-        return 0;
-    };
     let ts = now();
-    let (class, len) = class_and_len(rq);
+    // Seen at its start: device and class known; a request issued without one (a flush,
+    // or started before the trace) is read whole and entered now.
+    let (dev, class, r) = match REQUESTS.get_ptr_mut(rq) {
+        Some(r) => unsafe { ((*r).dev, (*r).class, Some(r)) },
+        None => {
+            let Some(dev) = watched_dev(rq) else {
+                return 0;
+            };
+            (dev, class_of(rq) as u32, None)
+        }
+    };
     let Some(s) = stats(dev, class) else {
         return 0;
     };
     unsafe { (*s).issued += 1 };
-    hist_add(HistKind::BlockSize, class as u32, dev, len as u64);
-    match REQUESTS.get_ptr_mut(rq) {
+    hist_add(HistKind::BlockSize, class, dev, data_len(rq) as u64);
+    match r {
         Some(r) => unsafe {
             if (*r).start != 0 {
                 let q = ts.saturating_sub((*r).start);
                 (*s).queue_ns += q;
-                hist_add(HistKind::BlockQueueLatency, class as u32, dev, q);
+                hist_add(HistKind::BlockQueueLatency, class, dev, q);
             }
             (*r).issue = ts;
         },
@@ -117,6 +125,8 @@ pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
             let times = RequestTimes {
                 start: 0,
                 issue: ts,
+                dev,
+                class,
             };
             if REQUESTS.insert(rq, times, 0).is_err() {
                 lost(Lost::RequestTableFull);
@@ -131,12 +141,18 @@ pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "block_rq_complete")]
 pub fn block_rq_complete(ctx: RawTracePointContext) -> i32 {
     let rq = ctx.arg::<u64>(0);
-    let Some(dev) = watched_dev(rq) else {
-        return 0;
-    };
     let ts = now();
     let nr_bytes = ctx.arg::<u64>(2) & 0xffff_ffff;
-    let (class, remaining) = class_and_len(rq);
+    let r = REQUESTS.get_ptr_mut(rq);
+    let (dev, class) = match r {
+        Some(r) => unsafe { ((*r).dev, (*r).class) },
+        None => {
+            let Some(dev) = watched_dev(rq) else {
+                return 0;
+            };
+            (dev, class_of(rq) as u32)
+        }
+    };
     let Some(s) = stats(dev, class) else {
         return 0;
     };
@@ -144,14 +160,14 @@ pub fn block_rq_complete(ctx: RawTracePointContext) -> i32 {
         (*s).completions += 1;
         (*s).bytes += nr_bytes;
     }
-    if let Some(r) = REQUESTS.get_ptr_mut(rq) {
+    if let Some(r) = r {
         let issue = unsafe { (*r).issue };
         if issue != 0 {
             let d = ts.saturating_sub(issue);
             unsafe { (*s).device_ns += d };
-            hist_add(HistKind::BlockDeviceLatency, class as u32, dev, d);
+            hist_add(HistKind::BlockDeviceLatency, class, dev, d);
         }
-        if nr_bytes >= remaining as u64 {
+        if nr_bytes >= data_len(rq) as u64 {
             let _ = REQUESTS.remove(rq);
         }
     }

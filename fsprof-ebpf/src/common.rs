@@ -31,6 +31,9 @@ static CONFIG: ProbeConfig = ProbeConfig {
     sample_period_ns: 0,
     fs_dev: 0,
     _pad: 0,
+    off_cpu_period_ns: 0,
+    task_tgid: 0,
+    task_comm: 0,
 };
 
 /// Threads being followed: the target and everything it forks.

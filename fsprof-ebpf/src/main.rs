@@ -1,7 +1,8 @@
 //! fsprof's kernel side. Everything is aggregated here, in per-CPU maps; userspace only
 //! reads totals and histogram buckets after (or during) a run. Hooks are raw tracepoints:
 //! they need no tracefs, work without kprobes, and pass kernel pointers whose fields we
-//! read at offsets userspace found in BTF.
+//! read at offsets userspace found in BTF. sched_switch is a BTF tracepoint, whose typed
+//! `next` lets bpf_get_task_stack unwind a thread that is about to run again.
 #![no_std]
 #![no_main]
 
@@ -9,6 +10,7 @@ mod block;
 mod common;
 mod floor;
 mod fs_events;
+mod offcpu;
 mod sched;
 mod stacks;
 mod syscalls;

@@ -3,9 +3,10 @@
 
 use aya_ebpf::{
     EbpfContext,
-    macros::{map, raw_tracepoint},
+    bindings::task_struct,
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::PerCpuArray,
-    programs::RawTracePointContext,
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use fsprof_common::{
     Counter, HistKind, Lost, TIME_CLASSES, TaskState, TimeClass, TimeStats,
@@ -17,7 +18,8 @@ use crate::{
         TASKS, config, count, current_tgid, current_tid, hist_add, lost, now, on_cpu, read_kernel,
         task_tid,
     },
-    stacks::{SLOT_SCHED, add_wake, add_weight, capture, capture_user},
+    offcpu,
+    stacks::{SLOT_SCHED, capture, capture_user, capture_waker},
 };
 
 #[map]
@@ -36,19 +38,18 @@ fn add_time(class: u32, ns: u64) {
     }
 }
 
-/// Closes the current off-CPU phase of `t` at `ts`; its time also goes to the stack the
-/// thread switched out with, so off-CPU stack weights add up to the class totals exactly.
+/// Ends the current off-CPU phase of `t` at `ts`; returns its class and length.
 #[inline(always)]
-unsafe fn close_off_phase(t: *mut TaskState, ts: u64) {
+unsafe fn close_phase(t: *mut TaskState, ts: u64) -> Option<(u32, u64)> {
     unsafe {
-        if (*t).off_since != 0 {
-            let ns = ts.saturating_sub((*t).off_since);
-            add_time((*t).off_class, ns);
-            if config().stacks != 0 {
-                add_weight((*t).stack, (*t).off_class, ns);
-            }
-            (*t).off_since = 0;
+        if (*t).off_since == 0 {
+            return None;
         }
+        let ns = ts.saturating_sub((*t).off_since);
+        let class = (*t).off_class;
+        add_time(class, ns);
+        (*t).off_since = 0;
+        Some((class, ns))
     }
 }
 
@@ -72,14 +73,17 @@ fn off_class(preempt: bool, state: u32, prev: u64) -> TimeClass {
 }
 
 // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
-//          unsigned int prev_state)
-#[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
-    let ts = now();
-    // The tracepoint runs before the switch: current is still `prev`.
+//          unsigned int prev_state). A BTF tracepoint: `next` must be a typed pointer for
+// bpf_get_task_stack, which unwinds the stack a thread slept in when it switches back in.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    // The tracepoint runs before the switch: current is still `prev`. The clock is read
+    // only when a followed thread is involved: most switches are not theirs.
     let prev_tid = current_tid();
     let cpu = on_cpu();
+    let mut ts = 0;
     if let Some(t) = TASKS.get_ptr_mut(prev_tid) {
+        ts = now();
         // Its syscall in flight (if any) moves from this CPU to the thread. Plain integers,
         // not an Option: LLVM loads an Option's payload before testing it, and verifiers
         // before 6.4-ish reject that read of an unwritten stack slot.
@@ -105,29 +109,45 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
                 (*t).on_since = 0;
             }
         }
+        let stacks = config().stacks != 0;
+        // Back in its own context: a stack picked at the last switch-in takes its user half.
+        let mut user = cached_ustack;
+        if stacks && unsafe { offcpu::awaiting(t) } {
+            if user == 0 && state & TASK_DEAD == 0 {
+                user = capture_user(ctx.as_ptr(), SLOT_SCHED, current_tgid());
+            }
+            unsafe { offcpu::complete(t, prev_tid, user) };
+        }
         if state & TASK_DEAD != 0 {
-            if unsafe { (*t).sc_start } != 0 {
-                count(Counter::SyscallsUnfinished);
+            unsafe {
+                if (*t).sc_start != 0 {
+                    count(Counter::SyscallsUnfinished);
+                }
+                if stacks {
+                    offcpu::flush(t, prev_tid);
+                }
             }
             let _ = TASKS.remove(prev_tid);
             count(Counter::TasksExited);
         } else {
-            let stack = if config().stacks != 0 {
-                let user = if cached_ustack != 0 {
-                    cached_ustack
-                } else {
-                    capture_user(ctx.as_ptr(), SLOT_SCHED, current_tgid())
-                };
-                // Kept for the next episode of the same syscall only.
-                unsafe { (*t).ustack = if in_syscall { user } else { 0 } };
-                capture(ctx.as_ptr(), SLOT_SCHED, false, user)
-            } else {
-                0
-            };
+            let period = config().off_cpu_period_ns;
+            // Inside a syscall the user stack waits until a stack is picked: the thread's
+            // next switch-out or syscall exit takes it.
+            if stacks && user == 0 && (!in_syscall || period == 0) {
+                user = capture_user(ctx.as_ptr(), SLOT_SCHED, current_tgid());
+            }
             unsafe {
+                // Kept for the next episode of the same syscall only.
+                (*t).ustack = if in_syscall { user } else { 0 };
+                (*t).ep_user = user;
+                (*t).ep_in_syscall = in_syscall as u32;
+                (*t).ep_stack = if stacks && period == 0 {
+                    capture(ctx.as_ptr(), SLOT_SCHED, false, user)
+                } else {
+                    0
+                };
                 (*t).off_since = ts;
                 (*t).off_class = off_class(preempt, state, prev) as u32;
-                (*t).stack = stack;
             }
         }
     }
@@ -137,13 +157,24 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
     unsafe {
         (*c).tid = 0;
         (*c).sc_start = 0;
+        (*c).await_user = 0;
     }
     let next = ctx.arg::<u64>(2);
     if let Some(next_tid) = task_tid(next)
         && let Some(t) = TASKS.get_ptr_mut(next_tid)
     {
+        if ts == 0 {
+            ts = now();
+        }
         unsafe {
-            close_off_phase(t, ts);
+            let ended = match close_phase(t, ts) {
+                Some((class, ns)) if config().stacks != 0 => {
+                    offcpu::pick(t, class, ns).map(|(w, n)| (class, w, n))
+                }
+                _ => None,
+            };
+            let task = ctx.arg::<*mut task_struct>(2);
+            (*c).await_user = offcpu::switch_in(t, next_tid, task, ended) as u32;
             (*t).on_since = ts;
             // ... and back to the CPU it runs on now.
             (*c).tid = next_tid;
@@ -160,21 +191,30 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
 // TP_PROTO(struct task_struct *p): a sleeper is being woken; from here on it waits for a
 // CPU, which is run-queue time, not sleep. sched_waking, not sched_wakeup: it runs in the
 // waker's own context even when the wakeup is queued to another CPU (then sched_wakeup
-// fires there, in an IPI), so with stacks on the waker's stack is what the blocked time
-// waited for.
+// fires there, in an IPI), so the waker's stack is what the blocked time waited for. It
+// is unwound only for a blocked phase that gets a stack.
 #[raw_tracepoint(tracepoint = "sched_waking")]
 pub fn sched_waking(ctx: RawTracePointContext) -> i32 {
-    let ts = now();
     if let Some(tid) = task_tid(ctx.arg::<u64>(0))
         && let Some(t) = TASKS.get_ptr_mut(tid)
     {
+        let ts = now();
         unsafe {
             if (*t).off_since != 0 && (*t).off_class != TimeClass::RunQueue as u32 {
-                if config().stacks != 0 {
-                    let ns = ts.saturating_sub((*t).off_since);
-                    add_wake(ctx.as_ptr(), (*t).stack, (*t).off_class, ns);
+                if let Some((class, ns)) = close_phase(t, ts)
+                    && config().stacks != 0
+                {
+                    if (*t).pend_ns != 0 {
+                        // A second wakeup before a switch-in (seen once in thousands of
+                        // direct-I/O waits on 6.18): its time waits with the short ones.
+                        offcpu::defer(t, class, ns);
+                    } else if let Some((w, n)) = offcpu::pick(t, class, ns) {
+                        (*t).pend_class = class;
+                        (*t).pend_ns = w;
+                        (*t).pend_n = n;
+                        (*t).pend_waker = capture_waker(ctx.as_ptr());
+                    }
                 }
-                close_off_phase(t, ts);
                 (*t).off_since = ts;
                 (*t).off_class = TimeClass::RunQueue as u32;
             }

@@ -1,12 +1,12 @@
-//! Stacks: off-CPU stacks captured when a followed thread switches out (weighted, exactly,
-//! by the time until it runs again, per off-CPU class) and on-CPU stacks sampled by a
-//! cpu-clock perf event (weighted by the sample period), for the target and for kernel
-//! threads (background work). Stacks are deduplicated in the kernel into ids; userspace
+//! Stacks: capturing and deduplicating them, and their weights: off-CPU stacks (see
+//! `offcpu`: which waits get one, and when) and on-CPU stacks sampled by a cpu-clock perf
+//! event (weighted by the sample period), for the target and for kernel threads
+//! (background work). Stacks are deduplicated in the kernel into ids; userspace
 //! reads ids, weights and the stacks once, at the end.
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_F_USER_BUILD_ID, BPF_F_USER_STACK, BPF_NOEXIST},
+    bindings::{BPF_F_USER_BUILD_ID, BPF_F_USER_STACK, BPF_NOEXIST, task_struct},
     helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_get_smp_processor_id, generated},
     macros::{map, perf_event},
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
@@ -57,14 +57,14 @@ static STACK_SEQ: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static BACKGROUND_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(16, 0);
 
-/// Scratch space for a key (too big for the 512-byte BPF stack). One slot per context
-/// that captures, so a sample interrupting a capture in progress cannot corrupt it.
-// Scratch slots per program kind: a wakeup from an interrupt may run while sched_switch or
-// the sampler is half-way through its key on the same CPU.
+/// Scratch space for a key (too big for the 512-byte BPF stack), one slot per program kind
+/// that captures: a wakeup from an interrupt or a sample may run while sched_switch or a
+/// syscall exit is half-way through its key on the same CPU.
 pub const SLOT_SCHED: u32 = 0;
 pub const SLOT_SAMPLE: u32 = 1;
 pub const SLOT_WAKE: u32 = 2;
-const SLOTS: u32 = 3;
+pub const SLOT_SYSCALL: u32 = 3;
+const SLOTS: u32 = 4;
 #[map]
 static KEY_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(SLOTS, 0);
 #[map]
@@ -157,26 +157,30 @@ pub fn capture_user(ctx: *mut core::ffi::c_void, slot: u32, tgid: u32) -> u32 {
     id
 }
 
-/// Id of the current context's stack with user stack `user` (0: none), creating it when
-/// new; 0 when it cannot be had (counted). `ctx` is the program's context, which
-/// bpf_get_stack unwinds from.
+/// Fills the key's identity fields and kernel frames (`unwind` writes them; negative:
+/// failed, counted) in scratch slot `slot`.
 #[inline(always)]
-pub fn capture(ctx: *mut core::ffi::c_void, slot: u32, kthread: bool, user: u32) -> u32 {
-    let Some(key) = KEY_SCRATCH.get_ptr_mut(slot) else {
-        return 0;
-    };
-    let key = unsafe { &mut *key };
-    key.tgid = current_tgid();
-    key.kthread = kthread as u32;
-    key.comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    key.user = user;
-    key._pad = 0;
-    // bpf_get_stack zero-fills what it does not write, on success and on failure, so the
-    // key's bytes are fully determined by the stack.
-    if get_stack(ctx, key.kernel.as_mut_ptr(), KSTACK_BYTES, 0) < 0 {
+fn fill_key(
+    slot: u32,
+    fill: impl FnOnce(&mut StackKey),
+    unwind: impl FnOnce(*mut u64) -> i64,
+) -> Option<*mut StackKey> {
+    let key = KEY_SCRATCH.get_ptr_mut(slot)?;
+    let k = unsafe { &mut *key };
+    fill(k);
+    k._pad = 0;
+    // bpf_get_stack and bpf_get_task_stack zero-fill what they do not write, on success
+    // and on failure, so the key's bytes are fully determined by the stack.
+    if unwind(k.kernel.as_mut_ptr()) < 0 {
         count(Counter::KernelStackFailed);
-        return 0;
+        return None;
     }
+    Some(key)
+}
+
+/// The id of a whole stack, made when new; 0 when the table is full (counted).
+#[inline(always)]
+pub fn key_id(key: &StackKey) -> u32 {
     match id_of(&STACK_IDS, key) {
         Some((id, _)) => id,
         None => {
@@ -186,23 +190,65 @@ pub fn capture(ctx: *mut core::ffi::c_void, slot: u32, kthread: bool, user: u32)
     }
 }
 
-/// Adds `ns` to (stack, class).
+/// Id of the current context's stack with user stack `user` (0: none), creating it when
+/// new; 0 when it cannot be had (counted). `ctx` is the program's context, which
+/// bpf_get_stack unwinds from.
 #[inline(always)]
-pub fn add_weight(stack: u32, class: u32, ns: u64) {
+pub fn capture(ctx: *mut core::ffi::c_void, slot: u32, kthread: bool, user: u32) -> u32 {
+    let key = fill_key(
+        slot,
+        |key| {
+            key.tgid = current_tgid();
+            key.kthread = kthread as u32;
+            key.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+            key.user = user;
+        },
+        |buf| get_stack(ctx, buf, KSTACK_BYTES, 0),
+    );
+    key.map_or(0, |k| key_id(unsafe { &*k }))
+}
+
+/// The key of the kernel stack a followed thread that is not running sleeps in (unwound
+/// from its saved context; the unwinder leaves out scheduler functions), with user stack
+/// `user`, in the switch scratch slot.
+#[inline(always)]
+pub fn task_key(task: *mut task_struct, user: u32) -> Option<*mut StackKey> {
+    let cfg = config();
+    let base = task as u64;
+    fill_key(
+        SLOT_SCHED,
+        |key| {
+            key.tgid = read_kernel::<u32>(base, cfg.task_tgid).unwrap_or(0);
+            key.kthread = 0;
+            key.comm = read_kernel::<[u8; 16]>(base, cfg.task_comm).unwrap_or([0; 16]);
+            key.user = user;
+        },
+        |buf| unsafe { generated::bpf_get_task_stack(task, buf.cast(), KSTACK_BYTES, 0) },
+    )
+}
+
+/// Adds `ns` over `n` off-CPU phases (or one on-CPU sample) to (stack, class).
+#[inline(always)]
+pub fn add_weight(stack: u32, class: u32, ns: u64, n: u32) {
     match entry(&STACK_WEIGHTS, &WeightKey { stack, class }) {
         Some(p) => unsafe {
             (*p).ns += ns;
-            (*p).count += 1;
+            (*p).count += n as u64;
         },
         None => count(Counter::StackWeightsFull),
     }
 }
 
-/// The waker of a blocked followed thread, as a stack id (its task and kernel path), and
-/// the blocked time that wakeup ended on the (blocked stack, waker) edge.
+/// The stack of the current context as the waker of a blocked followed thread: its task
+/// and kernel path.
 #[inline(always)]
-pub fn add_wake(ctx: *mut core::ffi::c_void, blocked: u32, class: u32, ns: u64) {
-    let waker = capture(ctx, SLOT_WAKE, is_kthread(), 0);
+pub fn capture_waker(ctx: *mut core::ffi::c_void) -> u32 {
+    capture(ctx, SLOT_WAKE, is_kthread(), 0)
+}
+
+/// Blocked time `ns` over `n` wakeups on the (blocked stack, waker) edge.
+#[inline(always)]
+pub fn add_wake(waker: u32, blocked: u32, class: u32, ns: u64, n: u32) {
     let key = WakeKey {
         blocked,
         waker,
@@ -212,7 +258,7 @@ pub fn add_wake(ctx: *mut core::ffi::c_void, blocked: u32, class: u32, ns: u64) 
     match entry(&WAKE_WEIGHTS, &key) {
         Some(p) => unsafe {
             (*p).ns += ns;
-            (*p).count += 1;
+            (*p).count += n as u64;
         },
         None => count(Counter::WakeWeightsFull),
     }
@@ -243,6 +289,6 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         capture_user(ctx.as_ptr(), SLOT_SAMPLE, current_tgid())
     };
     let id = capture(ctx.as_ptr(), SLOT_SAMPLE, kthread, user);
-    add_weight(id, class, cfg.sample_period_ns);
+    add_weight(id, class, cfg.sample_period_ns, 1);
     0
 }

@@ -2,6 +2,7 @@
 //! threads only. Entry time lives in the thread's TaskState, so this costs one hash lookup.
 
 use aya_ebpf::{
+    EbpfContext,
     macros::{map, raw_tracepoint},
     maps::{Array, PerCpuArray},
     programs::RawTracePointContext,
@@ -11,7 +12,11 @@ use fsprof_common::{
     hist::{BUCKETS, bucket_of},
 };
 
-use crate::common::{TASKS, current_tid, hist_add, lost, now, on_cpu};
+use crate::{
+    common::{TASKS, current_tgid, current_tid, hist_add, lost, now, on_cpu},
+    offcpu,
+    stacks::{SLOT_SYSCALL, capture_user},
+};
 
 #[map]
 static SYSCALLS: PerCpuArray<SyscallStats> = PerCpuArray::with_max_entries(MAX_SYSCALLS, 0);
@@ -64,6 +69,21 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
     0
 }
 
+/// A stack picked while the thread slept in this syscall takes its user half: the user
+/// stack is the syscall's, still in place until it returns.
+#[inline(always)]
+fn complete_user(ctx: &RawTracePointContext, tid: u32, cached: u32) {
+    let Some(t) = TASKS.get_ptr_mut(tid) else {
+        return;
+    };
+    let user = if cached != 0 {
+        cached
+    } else {
+        capture_user(ctx.as_ptr(), SLOT_SYSCALL, current_tgid())
+    };
+    unsafe { offcpu::complete(t, tid, user) };
+}
+
 // TP_PROTO(struct pt_regs *regs, long ret)
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
@@ -74,6 +94,10 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     let (nr, start, armed) = unsafe {
         if (*c).tid != tid || tid == 0 {
             return 0;
+        }
+        if (*c).await_user != 0 {
+            (*c).await_user = 0;
+            complete_user(&ctx, tid, (*c).ustack);
         }
         ((*c).sc_nr, (*c).sc_start, (*c).armed)
     };

@@ -153,6 +153,17 @@ pub fn trace_with_stacks(
     fs: Option<&LabFs>,
     flames: &Path,
 ) -> TraceResult {
+    let stacks = fsprof::probes::StackOptions::default();
+    trace_with_stack_options(command, cwd, fs, flames, stacks)
+}
+
+pub fn trace_with_stack_options(
+    command: Vec<String>,
+    cwd: Option<&Path>,
+    fs: Option<&LabFs>,
+    flames: &Path,
+    stacks: fsprof::probes::StackOptions,
+) -> TraceResult {
     let mut opts = TraceOptions {
         command,
         cwd: cwd.map(Path::to_path_buf),
@@ -164,7 +175,7 @@ pub fn trace_with_stacks(
         }),
         ..Default::default()
     };
-    opts.probes.stacks = Some(fsprof::probes::StackOptions::default());
+    opts.probes.stacks = Some(stacks);
     if let Some(fs) = fs {
         opts.on_lab(fs, fsprof::probes::FsEventSet::Curated, true)
             .unwrap();

@@ -1,6 +1,7 @@
 //! Overhead benchmark on real filesystems: the kernel tree unpacked (`tar xf`), deleted
 //! (`rm -rf`) and an fsync-heavy database step, on fresh ext4 and xfs loop filesystems
-//! (direct I/O to an image on the host disk), untraced and in every tracing mode, with a
+//! (direct I/O to an image on the host disk), untraced and in every tracing mode (all-waits:
+//! an off-CPU stack at every switch-out, `--off-cpu-period 0`), with a
 //! bpftrace one-liner of the same syscall histogram as an anchor and fsprof's do-nothing
 //! programs on the same hooks as the floor. Modes alternate (the order rotates every round)
 //! and each figure is the median of `runs`; the command is timed by GNU time inside the
@@ -25,16 +26,18 @@ enum Mode {
     Untraced,
     Floor,
     Default,
+    EveryWait,
     NoStacks,
     NoFsEvents,
     Census,
     Bpftrace,
 }
 
-const MODES: [Mode; 7] = [
+const MODES: [Mode; 8] = [
     Mode::Untraced,
     Mode::Floor,
     Mode::Default,
+    Mode::EveryWait,
     Mode::NoStacks,
     Mode::NoFsEvents,
     Mode::Census,
@@ -47,6 +50,7 @@ impl Mode {
             Mode::Untraced => "untraced",
             Mode::Floor => "floor",
             Mode::Default => "default",
+            Mode::EveryWait => "all-waits",
             Mode::NoStacks => "no-stacks",
             Mode::NoFsEvents => "no-fs-ev",
             Mode::Census => "census",
@@ -59,6 +63,7 @@ impl Mode {
             Mode::Untraced | Mode::Bpftrace => None,
             Mode::Floor => Some(&["--floor"]),
             Mode::Default => Some(&[]),
+            Mode::EveryWait => Some(&["--off-cpu-period", "0"]),
             Mode::NoStacks => Some(&["--no-stacks"]),
             Mode::NoFsEvents => Some(&["--no-fs-events"]),
             Mode::Census => Some(&["--all-fs-events"]),

@@ -273,8 +273,28 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
     let mut open = Vec::new();
     for item in tasks.iter() {
         let (_, t) = item?;
+        // No kernel stack was taken for the open phase or the time not yet attributed:
+        // they go to the last stack of their class, as at exit.
+        let last = |class: u32| t.last_stack.get(class as usize).copied().unwrap_or(0);
         if t.off_since != 0 {
-            open.push((t.stack, t.off_class, now.saturating_sub(t.off_since)));
+            open.push((
+                last(t.off_class),
+                t.off_class,
+                now.saturating_sub(t.off_since),
+            ));
+        }
+        if t.pend_ns != 0 {
+            open.push((last(t.pend_class), t.pend_class, t.pend_ns));
+        }
+        for i in 0..2 {
+            if t.aw_mask & (1 << i) != 0 {
+                open.push((last(t.aw_class[i]), t.aw_class[i], t.aw_ns[i]));
+            }
+        }
+        for (class, &ns) in t.short_ns.iter().enumerate() {
+            if ns != 0 {
+                open.push((last(class as u32), class as u32, ns));
+            }
         }
         if t.on_since != 0 {
             profile.time.on_cpu.ns += now.saturating_sub(t.on_since);

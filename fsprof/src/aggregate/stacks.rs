@@ -61,6 +61,8 @@ impl WeightedStack {
 #[derive(Clone, Debug, Default)]
 pub struct Stacks {
     pub sample_period_ns: u64,
+    /// See `StackSummary::off_cpu_period_ns`.
+    pub off_cpu_period_ns: u64,
     /// The target: on-CPU (class 0) and off-CPU classes.
     pub target: Vec<WeightedStack>,
     /// Kernel-thread samples attributed to the filesystem's background work.
@@ -96,6 +98,12 @@ pub struct StackSummary {
     pub on_cpu_sampled_ns: u64,
     /// Off-CPU time in stacks, exact: equals the off-CPU time classes.
     pub off_cpu_ns: u64,
+    /// Off-CPU waits at least this long got a stack each; shorter ones were sampled per
+    /// thread and class, one stack per this much waiting, carrying the time since the last
+    /// (so per-stack weights of short waits are estimates, their sums exact). 0: a stack
+    /// for every wait.
+    #[serde(default)]
+    pub off_cpu_period_ns: u64,
     pub off_cpu_by_class: BTreeMap<String, u64>,
     pub distinct_stacks: u64,
     /// Failed or dropped stack captures by kind (kernel_stack_failed, user_stack_failed,
@@ -166,6 +174,7 @@ impl Stacks {
             waited_for: wakes::split(&self.wakes, &target, run_queue_ns, off_cpu_ns),
             top_wakes: wakes::top(&self.wakes, &target, TOP_STACKS, TOP_FRAMES),
             sample_period_ns: self.sample_period_ns,
+            off_cpu_period_ns: self.off_cpu_period_ns,
             on_cpu_samples: on.iter().map(|s| s.count).sum(),
             on_cpu_sampled_ns: on.iter().map(|s| s.ns).sum(),
             off_cpu_ns,
@@ -315,6 +324,7 @@ pub fn collect(
 
     let mut stacks = Stacks {
         sample_period_ns: period,
+        off_cpu_period_ns: probes.off_cpu_period_ns,
         distinct: keys.len() as u64,
         ..Default::default()
     };

@@ -16,7 +16,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::HashMap,
     programs::{
-        PerfEvent, RawTracePoint,
+        BtfTracePoint, PerfEvent, RawTracePoint,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
@@ -27,7 +27,7 @@ pub use fs_events::FsTarget;
 /// The eBPF object built by build.rs from the fsprof-ebpf crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fsprof-probes"));
 
-/// (program, raw tracepoint). Program names equal their tracepoint names.
+/// Program names equal their tracepoint names.
 const REQUIRED: &[&str] = &[
     "sys_enter",
     "sys_exit",
@@ -38,6 +38,8 @@ const REQUIRED: &[&str] = &[
     "block_rq_issue",
     "block_rq_complete",
 ];
+/// Of those, the ones attached as BTF tracepoints (typed arguments for helpers).
+const BTF_TRACEPOINTS: &[&str] = &["sched_switch"];
 /// Syscalls whose latency histograms get a dense row (the rest use the histogram hash):
 /// what filesystem work calls most.
 const DENSE_SYSCALLS: &[&str] = &[
@@ -106,12 +108,19 @@ pub struct StackOptions {
     pub sample_hz: u32,
     /// Also sample kernel threads (the filesystem's background work).
     pub background: bool,
+    /// Off-CPU waits this long get a stack each, shorter ones sampled per this much
+    /// waiting (0: every wait).
+    pub off_cpu_period_ns: u64,
 }
+
+/// One kernel stack per millisecond of a thread's short waits: at 3–6 µs an unwind that
+/// is ≤ 0.6 % of the waiting, and a 1 s wait profile still gets ~1,000 stacks.
+pub const DEFAULT_OFF_CPU_PERIOD_NS: u64 = 1_000_000;
 
 /// perf's default is 4000 Hz, bcc's profile 49 Hz, flame graph recipes use 99. Each sample
 /// costs ~8 µs of kernel unwinding (64 frames from the timer interrupt) plus the user
 /// stack: 999 Hz cost 2.2 % of an ext4 tree delete's wall, 199 Hz costs ~0.5 % and still
-/// gives 5 ms resolution per CPU; off-CPU stacks are exact whatever the rate.
+/// gives 5 ms resolution per CPU; off-CPU stacks do not depend on it.
 pub const DEFAULT_SAMPLE_HZ: u32 = 199;
 
 impl Default for StackOptions {
@@ -119,6 +128,7 @@ impl Default for StackOptions {
         StackOptions {
             sample_hz: DEFAULT_SAMPLE_HZ,
             background: true,
+            off_cpu_period_ns: DEFAULT_OFF_CPU_PERIOD_NS,
         }
     }
 }
@@ -132,6 +142,8 @@ pub struct Probes {
     pub missing: Vec<(&'static str, String)>,
     /// Sampling period (ns) when stacks are on.
     pub sample_period_ns: Option<u64>,
+    /// `StackOptions::off_cpu_period_ns` when stacks are on.
+    pub off_cpu_period_ns: u64,
     pub fs_events: Option<fs_events::FsEventsAttached>,
     /// The one filesystem whose events count, when it is fixed (a lab).
     pub fs_dev: Option<u32>,
@@ -172,6 +184,7 @@ impl Probes {
             config.stacks = 1;
             config.background = s.background.into();
             config.sample_period_ns = p;
+            config.off_cpu_period_ns = s.off_cpu_period_ns;
         }
         let mut fs_dev = None;
         if let Some(t) = &opts.fs_events {
@@ -236,6 +249,7 @@ impl Probes {
                 attached,
                 missing,
                 sample_period_ns: period,
+                off_cpu_period_ns: config.off_cpu_period_ns,
                 fs_events: None,
                 fs_dev,
                 warnings,
@@ -277,6 +291,7 @@ impl Probes {
             attached,
             missing,
             sample_period_ns,
+            off_cpu_period_ns: config.off_cpu_period_ns,
             fs_events,
             fs_dev,
             warnings,
@@ -294,15 +309,16 @@ impl Probes {
     /// One line naming the hook set, printed at start, and a warning per missing hook.
     pub fn describe(&self) -> String {
         let what = if self.floor_links.is_empty() {
-            "raw tracepoints"
+            "tracepoints"
         } else {
-            "do-nothing programs (floor) on raw tracepoints"
+            "do-nothing programs (floor) on tracepoints"
         };
         let mut s = format!("fsprof: attached {what}: {}", self.attached.join(" "));
         if let Some(p) = self.sample_period_ns {
             s.push_str(&format!(
-                "; cpu-clock sampling at {} Hz",
-                1_000_000_000 / p.max(1)
+                "; cpu-clock sampling at {} Hz; {}",
+                1_000_000_000 / p.max(1),
+                off_cpu_stacks(self.off_cpu_period_ns)
             ));
         }
         if let Some(f) = &self.fs_events {
@@ -394,6 +410,15 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// How off-CPU stacks are taken, for headers and reports.
+pub fn off_cpu_stacks(period_ns: u64) -> String {
+    if period_ns == 0 {
+        return "an off-CPU stack at every switch-out".into();
+    }
+    let p = crate::units::duration_ns(period_ns);
+    format!("off-CPU stacks for every wait ≥ {p}, shorter ones sampled per {p} of waiting")
+}
+
 /// The cpu-clock sampler on every online CPU, all processes (the program keeps only the
 /// target and kernel threads).
 fn attach_sampler(ebpf: &mut Ebpf, name: &str, period_ns: u64) -> Result<()> {
@@ -452,6 +477,17 @@ fn attach_floor(
 }
 
 fn attach(ebpf: &mut Ebpf, name: &'static str) -> Result<()> {
+    if BTF_TRACEPOINTS.contains(&name) {
+        let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF")?;
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(name)
+            .with_context(|| format!("program {name} missing from the eBPF object"))?
+            .try_into()?;
+        prog.load(name, &btf)
+            .with_context(|| format!("loading {name}"))?;
+        prog.attach().with_context(|| format!("attaching {name}"))?;
+        return Ok(());
+    }
     let prog: &mut RawTracePoint = ebpf
         .program_mut(name)
         .with_context(|| format!("program {name} missing from the eBPF object"))?

@@ -44,6 +44,8 @@ pub fn probe_config(btf_path: &Path) -> Result<ProbeConfig> {
         request_data_len: byte_offset(btf, "request", "__data_len")?,
         request_cmd_flags: byte_offset(btf, "request", "cmd_flags")?,
         task_flags: byte_offset(btf, "task_struct", "flags")?,
+        task_tgid: byte_offset(btf, "task_struct", "tgid")?,
+        task_comm: byte_offset(btf, "task_struct", "comm")?,
         ..ProbeConfig::default()
     })
 }

@@ -207,10 +207,11 @@ fn render_stacks(o: &mut String, r: &TraceResult) {
     let hz = 1_000_000_000 / s.sample_period_ns.max(1);
     let _ = writeln!(
         o,
-        "\nstacks: {} on-CPU samples at {hz} Hz (≈{} on-CPU), {} off-CPU in stacks, {} distinct stacks",
+        "\nstacks: {} on-CPU samples at {hz} Hz (≈{} on-CPU), {} off-CPU in stacks ({}), {} distinct stacks",
         s.on_cpu_samples,
         seconds(s.on_cpu_sampled_ns),
         seconds(s.off_cpu_ns),
+        crate::probes::off_cpu_stacks(s.off_cpu_period_ns),
         s.distinct_stacks
     );
     if !s.capture_problems.is_empty() {

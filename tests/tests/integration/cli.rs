@@ -122,7 +122,7 @@ pub fn cleanup_removes_what_a_killed_run_left() {
     let mut err = child.stderr.take().unwrap();
     let mut seen = String::new();
     let mut buf = [0u8; 512];
-    while !seen.contains("attached raw tracepoints") {
+    while !seen.contains("attached tracepoints") {
         let n = std::io::Read::read(&mut err, &mut buf).unwrap();
         assert!(n > 0, "fsprof ended early: {seen}");
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));

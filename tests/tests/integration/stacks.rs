@@ -6,7 +6,10 @@
 
 use std::{path::Path, process::Command};
 
-use fsprof::lab::FsKind;
+use fsprof::{
+    lab::FsKind,
+    probes::{DEFAULT_OFF_CPU_PERIOD_NS, StackOptions},
+};
 use fsprof_tests::*;
 
 fn us(ns: u64) -> f64 {
@@ -68,31 +71,48 @@ pub fn cpu_bound_binary_hot_function_tops_on_cpu_graph() {
     );
 }
 
+/// Both ways of taking off-CPU stacks: sampled (the default: a stack per millisecond of
+/// short waits, unwound at switch-in, which leaves out scheduler functions) and one at
+/// every switch-out (period 0). Totals are exact either way.
 pub fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
-    let out = TempDir::new("dio");
     let fs = lab(FsKind::Ext4, 512 << 20, "");
-    let r = trace_with_stacks(
-        argv(&[
-            "dd",
-            "if=/dev/zero",
-            "of=data",
-            "bs=64k",
-            "count=2000",
-            "oflag=direct",
-            "status=none",
-        ]),
-        Some(fs.mountpoint()),
-        Some(&fs),
-        &out.0,
-    );
+    for (period, waited_in) in [
+        (DEFAULT_OFF_CPU_PERIOD_NS, "iomap_dio_rw"),
+        (0, "io_schedule"),
+    ] {
+        let out = TempDir::new(&format!("dio{period}"));
+        let stacks = StackOptions {
+            off_cpu_period_ns: period,
+            ..StackOptions::default()
+        };
+        let r = trace_with_stack_options(
+            argv(&[
+                "dd",
+                "if=/dev/zero",
+                "of=data",
+                "bs=64k",
+                "count=2000",
+                "oflag=direct",
+                "status=none",
+            ]),
+            Some(fs.mountpoint()),
+            Some(&fs),
+            &out.0,
+            stacks,
+        );
+        direct_io_waits_in(&r, waited_in);
+    }
+}
+
+fn direct_io_waits_in(r: &fsprof::trace::TraceResult, waited_in: &str) {
     let off = read_folded(Path::new(&r.flames["off-cpu.folded"]));
     let total: u64 = off.values().sum();
     let io_sched = weight_where(&off, |k| {
-        k.contains(";[I/O wait];") && k.contains("io_schedule")
+        k.contains(";[I/O wait];") && k.contains(waited_in)
     });
     assert!(
         io_sched as f64 > 0.5 * total as f64,
-        "I/O wait under io_schedule {io_sched} of {total} µs: {off:#?}"
+        "I/O wait under {waited_in} {io_sched} of {total} µs: {off:#?}"
     );
     // Off-CPU weights are the tracer's off-CPU intervals: equal, but for µs rounding.
     let traced = r.profile.time.off_cpu_ns();
