@@ -1,19 +1,19 @@
 //! Block layer, per device and request class: requests, bytes, size, queue latency
 //! (start or insert → issue) and device latency (issue → complete). Requests are keyed by
-//! their `struct request *`, which raw tracepoints hand us directly.
+//! their `struct request *`. BTF tracepoints: the request's fields are plain loads.
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    macros::{map, raw_tracepoint},
+    macros::{btf_tracepoint, map},
     maps::{HashMap, LruHashMap, PerCpuHashMap},
-    programs::RawTracePointContext,
+    programs::BtfTracePointContext,
 };
 use fsprof_common::{
     BlockClass, BlockKey, BlockStats, HistKind, Lost, MAX_BLOCK_KEYS, MAX_FILTER_DEVS,
     MAX_INFLIGHT_REQUESTS, RequestTimes,
 };
 
-use crate::common::{config, entry_or_lost, hist_add, lost, now, read_kernel};
+use crate::common::{btf_read, config, entry_or_lost, hist_add, lost, now};
 
 #[map]
 static BLOCK: PerCpuHashMap<BlockKey, BlockStats> =
@@ -30,12 +30,15 @@ static DEVICE_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(MAX_FILTER_DE
 
 /// The kernel dev_t of the request's disk, or None when it is filtered out.
 #[inline(always)]
-fn watched_dev(rq: u64) -> Option<u32> {
+fn watched_dev(rq: *const u8) -> Option<u32> {
     let cfg = config();
-    let q = read_kernel::<u64>(rq, cfg.request_q)?;
-    let disk = read_kernel::<u64>(q, cfg.queue_disk)?;
-    let major = read_kernel::<i32>(disk, cfg.disk_major)? as u32;
-    let minor = read_kernel::<i32>(disk, cfg.disk_first_minor)? as u32;
+    let q = btf_read::<*const u8>(rq, cfg.request_q);
+    let disk = btf_read::<*const u8>(q, cfg.queue_disk);
+    if disk.is_null() {
+        return None;
+    }
+    let major = btf_read::<i32>(disk, cfg.disk_major) as u32;
+    let minor = btf_read::<i32>(disk, cfg.disk_first_minor) as u32;
     let dev = fsprof_common::kdev::make(major, minor);
     if cfg.filter_devices != 0 && DEVICE_FILTER.get_ptr(dev).is_none() {
         return None;
@@ -50,17 +53,17 @@ fn stats(dev: u32, class: u32) -> Option<*mut BlockStats> {
 }
 
 #[inline(always)]
-fn class_of(rq: u64) -> BlockClass {
-    BlockClass::from_cmd_flags(read_kernel::<u32>(rq, config().request_cmd_flags).unwrap_or(0))
+fn class_of(rq: *const u8) -> BlockClass {
+    BlockClass::from_cmd_flags(btf_read::<u32>(rq, config().request_cmd_flags))
 }
 
 #[inline(always)]
-fn data_len(rq: u64) -> u32 {
-    read_kernel::<u32>(rq, config().request_data_len).unwrap_or(0)
+fn data_len(rq: *const u8) -> u32 {
+    btf_read::<u32>(rq, config().request_data_len)
 }
 
 #[inline(always)]
-fn note_start(rq: u64, flags: u64) {
+fn note_start(rq: *const u8, flags: u64) {
     let Some(dev) = watched_dev(rq) else {
         return;
     };
@@ -71,34 +74,34 @@ fn note_start(rq: u64, flags: u64) {
         class: class_of(rq) as u32,
     };
     // EEXIST (an earlier start already recorded) is expected with BPF_NOEXIST.
-    if REQUESTS.insert(rq, times, flags).is_err() && flags == 0 {
+    if REQUESTS.insert(rq as u64, times, flags).is_err() && flags == 0 {
         lost(Lost::RequestTableFull);
     }
 }
 
 // TP_PROTO(struct request *rq): the request is accounted (allocated for a bio).
-#[raw_tracepoint(tracepoint = "block_io_start")]
-pub fn block_io_start(ctx: RawTracePointContext) -> i32 {
-    note_start(ctx.arg::<u64>(0), 0);
+#[btf_tracepoint(function = "block_io_start")]
+pub fn block_io_start(ctx: BtfTracePointContext) -> i32 {
+    note_start(ctx.arg::<*const u8>(0), 0);
     0
 }
 
 // TP_PROTO(struct request *rq): goes into a scheduler queue; kernels without
 // block_io_start measure queue time from here.
-#[raw_tracepoint(tracepoint = "block_rq_insert")]
-pub fn block_rq_insert(ctx: RawTracePointContext) -> i32 {
-    note_start(ctx.arg::<u64>(0), BPF_NOEXIST as u64);
+#[btf_tracepoint(function = "block_rq_insert")]
+pub fn block_rq_insert(ctx: BtfTracePointContext) -> i32 {
+    note_start(ctx.arg::<*const u8>(0), BPF_NOEXIST as u64);
     0
 }
 
 // TP_PROTO(struct request *rq)
-#[raw_tracepoint(tracepoint = "block_rq_issue")]
-pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
-    let rq = ctx.arg::<u64>(0);
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
+    let rq = ctx.arg::<*const u8>(0);
     let ts = now();
     // Seen at its start: device and class known; a request issued without one (a flush,
     // or started before the trace) is read whole and entered now.
-    let (dev, class, r) = match REQUESTS.get_ptr_mut(rq) {
+    let (dev, class, r) = match REQUESTS.get_ptr_mut(rq as u64) {
         Some(r) => unsafe { ((*r).dev, (*r).class, Some(r)) },
         None => {
             let Some(dev) = watched_dev(rq) else {
@@ -128,7 +131,7 @@ pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
                 dev,
                 class,
             };
-            if REQUESTS.insert(rq, times, 0).is_err() {
+            if REQUESTS.insert(rq as u64, times, 0).is_err() {
                 lost(Lost::RequestTableFull);
             }
         }
@@ -138,12 +141,12 @@ pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
 
 // TP_PROTO(struct request *rq, blk_status_t error, unsigned int nr_bytes); also fires for
 // each part of a partially completed request.
-#[raw_tracepoint(tracepoint = "block_rq_complete")]
-pub fn block_rq_complete(ctx: RawTracePointContext) -> i32 {
-    let rq = ctx.arg::<u64>(0);
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
+    let rq = ctx.arg::<*const u8>(0);
     let ts = now();
     let nr_bytes = ctx.arg::<u64>(2) & 0xffff_ffff;
-    let r = REQUESTS.get_ptr_mut(rq);
+    let r = REQUESTS.get_ptr_mut(rq as u64);
     let (dev, class) = match r {
         Some(r) => unsafe { ((*r).dev, (*r).class) },
         None => {
@@ -168,15 +171,15 @@ pub fn block_rq_complete(ctx: RawTracePointContext) -> i32 {
             hist_add(HistKind::BlockDeviceLatency, class, dev, d);
         }
         if nr_bytes >= data_len(rq) as u64 {
-            let _ = REQUESTS.remove(rq);
+            let _ = REQUESTS.remove(rq as u64);
         }
     }
     0
 }
 
 // TP_PROTO(struct request *rq): it goes back to the queue and will be issued again.
-#[raw_tracepoint(tracepoint = "block_rq_requeue")]
-pub fn block_rq_requeue(ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "block_rq_requeue")]
+pub fn block_rq_requeue(ctx: BtfTracePointContext) -> i32 {
     let _ = REQUESTS.remove(ctx.arg::<u64>(0));
     0
 }

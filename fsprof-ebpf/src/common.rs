@@ -153,6 +153,21 @@ pub fn hist_add(kind: HistKind, class: u32, id: u32, value: u64) {
     }
 }
 
+/// A `T` at `base + offset` of a typed pointer (a BTF tracepoint's argument, or a pointer
+/// field loaded through one): a plain load that the verifier checks against BTF and
+/// guards, no helper call. The offset is a constant to the verifier: it comes from the
+/// frozen, read-only CONFIG.
+#[inline(always)]
+pub fn btf_read<T>(base: *const u8, offset: u32) -> T {
+    unsafe { core::ptr::read_volatile(base.add(offset as usize).cast::<T>()) }
+}
+
+/// `tid` of a typed task pointer.
+#[inline(always)]
+pub fn btf_task_tid(task: *const u8) -> u32 {
+    btf_read::<i32>(task, config().task_pid) as u32
+}
+
 /// `tid` of a `struct task_struct *`.
 #[inline(always)]
 pub fn task_tid(task: u64) -> Option<u32> {

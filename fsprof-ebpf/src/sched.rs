@@ -15,8 +15,8 @@ use fsprof_common::{
 
 use crate::{
     common::{
-        TASKS, config, count, current_tgid, current_tid, hist_add, lost, now, on_cpu, read_kernel,
-        task_tid,
+        TASKS, btf_task_tid, config, count, current_tgid, current_tid, hist_add, lost, now, on_cpu,
+        read_kernel, task_tid,
     },
     offcpu,
     stacks::{SLOT_SCHED, capture, capture_user, capture_waker},
@@ -159,10 +159,8 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         (*c).sc_start = 0;
         (*c).await_user = 0;
     }
-    let next = ctx.arg::<u64>(2);
-    if let Some(next_tid) = task_tid(next)
-        && let Some(t) = TASKS.get_ptr_mut(next_tid)
-    {
+    let next_tid = btf_task_tid(ctx.arg::<*const u8>(2));
+    if let Some(t) = TASKS.get_ptr_mut(next_tid) {
         if ts == 0 {
             ts = now();
         }
@@ -193,11 +191,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 // waker's own context even when the wakeup is queued to another CPU (then sched_wakeup
 // fires there, in an IPI), so the waker's stack is what the blocked time waited for. It
 // is unwound only for a blocked phase that gets a stack.
-#[raw_tracepoint(tracepoint = "sched_waking")]
-pub fn sched_waking(ctx: RawTracePointContext) -> i32 {
-    if let Some(tid) = task_tid(ctx.arg::<u64>(0))
-        && let Some(t) = TASKS.get_ptr_mut(tid)
-    {
+#[btf_tracepoint(function = "sched_waking")]
+pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
+    if let Some(t) = TASKS.get_ptr_mut(btf_task_tid(ctx.arg::<*const u8>(0))) {
         let ts = now();
         unsafe {
             if (*t).off_since != 0 && (*t).off_class != TimeClass::RunQueue as u32 {

@@ -39,7 +39,15 @@ const REQUIRED: &[&str] = &[
     "block_rq_complete",
 ];
 /// Of those, the ones attached as BTF tracepoints (typed arguments for helpers).
-const BTF_TRACEPOINTS: &[&str] = &["sched_switch"];
+const BTF_TRACEPOINTS: &[&str] = &[
+    "sched_switch",
+    "sched_waking",
+    "block_rq_issue",
+    "block_rq_complete",
+    "block_io_start",
+    "block_rq_insert",
+    "block_rq_requeue",
+];
 /// Syscalls whose latency histograms get a dense row (the rest use the histogram hash):
 /// what filesystem work calls most.
 const DENSE_SYSCALLS: &[&str] = &[
