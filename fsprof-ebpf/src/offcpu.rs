@@ -176,6 +176,17 @@ pub unsafe fn flush(t: *mut TaskState, tid: u32) {
         if awaiting(t) {
             complete(t, tid, 0);
         }
+        // A blocked phase whose wakeup came too late for the last switch-in (seen once in
+        // tens of traces: a parent's wait4 while its child exits) goes to its class's
+        // last stack.
+        let c = (*t).pend_class as usize;
+        if (*t).pend_ns != 0 && c < CLASSES {
+            let (ns, n, waker) = ((*t).pend_ns, (*t).pend_n, (*t).pend_waker);
+            let stack = (*t).last_stack[c];
+            add_weight(stack, c as u32, ns, n);
+            add_wake(waker, stack, c as u32, ns, n);
+            (*t).pend_ns = 0;
+        }
         for c in 1..CLASSES {
             let ns = (*t).short_ns[c];
             if ns != 0 {
