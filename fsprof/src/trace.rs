@@ -367,8 +367,10 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
                 symbols::with(|s| s.know_file(&p));
             }
             let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
-            probes.follow(held.pid(), false)?;
+            let pid = held.pid();
+            probes.follow(pid, false)?;
             let exit = held.run()?;
+            probes.await_final_switch(pid);
             result.exit_code = exit.code;
             result.exit_signal = exit.signal;
             result.wall_ns = ns(exit.wall);
