@@ -37,23 +37,21 @@ pub unsafe fn pick(t: *mut TaskState, class: u32, ns: u64) -> Option<(u64, u32)>
         return None;
     }
     unsafe {
-        let acc = (*t).short_ns[c] + ns;
-        let n = (*t).short_n[c] + 1;
         let period = config().off_cpu_period_ns;
-        if ns >= period || acc >= period || (*t).last_stack[c] == 0 {
-            (*t).short_ns[c] = 0;
-            (*t).short_n[c] = 0;
-            Some((acc, n))
-        } else {
-            (*t).short_ns[c] = acc;
-            (*t).short_n[c] = n;
-            None
+        let acc = (*t).short_ns[c] + ns;
+        if ns < period && acc < period && (*t).last_stack[c] != 0 {
+            defer(t, class, ns);
+            return None;
         }
+        let n = (*t).short_n[c] + 1;
+        (*t).short_ns[c] = 0;
+        (*t).short_n[c] = 0;
+        Some((acc, n))
     }
 }
 
-/// Adds a phase to the time its class has not yet attributed (the last stack of the class
-/// or the next picked one takes it).
+/// Adds a phase to the time its class has not yet attributed (the next picked phase of
+/// the class, or at exit its last stack, takes it).
 #[inline(always)]
 pub unsafe fn defer(t: *mut TaskState, class: u32, ns: u64) {
     let c = class as usize;
@@ -177,23 +175,23 @@ pub unsafe fn flush(t: *mut TaskState, tid: u32) {
             complete(t, tid, 0);
         }
         // A blocked phase whose wakeup came too late for the last switch-in (seen once in
-        // tens of traces: a parent's wait4 while its child exits) goes to its class's
-        // last stack.
-        let c = (*t).pend_class as usize;
-        if (*t).pend_ns != 0 && c < CLASSES {
-            let (ns, n, waker) = ((*t).pend_ns, (*t).pend_n, (*t).pend_waker);
-            let stack = (*t).last_stack[c];
-            add_weight(stack, c as u32, ns, n);
-            add_wake(waker, stack, c as u32, ns, n);
+        // tens of traces: a parent's wait4 while its child exits) joins its class's rest.
+        if (*t).pend_ns != 0 {
+            let c = (*t).pend_class as usize;
+            if c < CLASSES {
+                (*t).short_ns[c] += (*t).pend_ns;
+                (*t).short_n[c] += (*t).pend_n;
+                (*t).last_waker[c] = (*t).pend_waker;
+            }
             (*t).pend_ns = 0;
         }
         for c in 1..CLASSES {
             let ns = (*t).short_ns[c];
             if ns != 0 {
-                let (stack, n) = ((*t).last_stack[c], (*t).short_n[c]);
+                let (stack, n, waker) = ((*t).last_stack[c], (*t).short_n[c], (*t).last_waker[c]);
                 add_weight(stack, c as u32, ns, n);
-                if (*t).last_waker[c] != 0 {
-                    add_wake((*t).last_waker[c], stack, c as u32, ns, n);
+                if waker != 0 {
+                    add_wake(waker, stack, c as u32, ns, n);
                 }
             }
         }
