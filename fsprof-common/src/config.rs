@@ -35,7 +35,9 @@ pub struct ProbeConfig {
     /// The one filesystem under test (a lab): its superblock's dev_t (kernel encoding),
     /// which fs tracepoint events must lead to; 0: the FS_DEVS map decides.
     pub fs_dev: u32,
-    pub _pad: u32,
+    /// offsetof(struct request, start_time_ns): when the block layer took the request in,
+    /// by the kernel's own clock (0 when neither I/O statistics nor a scheduler want it).
+    pub request_start_time_ns: u32,
     /// Off-CPU waits at least this long get a stack each; shorter ones are sampled, one
     /// stack per this much waiting per thread and class, which carries the time since the
     /// last one (0: a stack for every wait).
@@ -43,10 +45,17 @@ pub struct ProbeConfig {
     /// offsetof(struct task_struct, tgid), (struct task_struct, comm)
     pub task_tgid: u32,
     pub task_comm: u32,
+    /// First dense histogram row (DENSE_HISTS) of the off-CPU episode classes, the fs
+    /// pairs (by pair id - 1) and the block device slots (`block_row`); NO_ROW: none.
+    pub rows_off_cpu: u32,
+    pub rows_fs_pairs: u32,
+    pub rows_block: u32,
+    pub _pad2: u32,
 }
 
 // Passed to the kernel as plain bytes (aya::Pod): no implicit padding anywhere.
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4 + 8 + 2 * 4);
+const _: () =
+    assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4 + 8 + 2 * 4 + 4 * 4);
 
 // Task state bits (include/linux/sched.h); #defines, so not in BTF, and stable for decades.
 pub const TASK_INTERRUPTIBLE: u32 = 0x1;

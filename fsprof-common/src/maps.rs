@@ -4,6 +4,25 @@
 pub const MAX_SYSCALLS: u32 = 1024;
 /// Threads followed at once; a fork beyond this is counted in `Lost::TaskTableFull`.
 pub const MAX_TASKS: u32 = 65536;
+/// Slots of the follow hint (`tid % FOLLOW_HINT_SLOTS`): the followed tid in the slot, or
+/// `FOLLOW_HINT_SHARED` once two followed tids have met there, or 0. A power of two at
+/// least the usual `pid_max` (32768), so tids rarely share a slot.
+pub const FOLLOW_HINT_SLOTS: u32 = 1 << 16;
+pub const FOLLOW_HINT_SHARED: u32 = u32::MAX;
+
+/// The hint slot of `tid`.
+pub const fn follow_hint_slot(tid: u32) -> u32 {
+    tid & (FOLLOW_HINT_SLOTS - 1)
+}
+
+/// What a hint slot holds after `tid` joins the followed threads.
+pub const fn follow_hint_join(slot: u32, tid: u32) -> u32 {
+    if slot == 0 || slot == tid {
+        tid
+    } else {
+        FOLLOW_HINT_SHARED
+    }
+}
 /// Distinct histogram buckets over all histograms. A trace uses a few thousand (each
 /// histogram spans at most a few hundred buckets); the map is preallocated, so its size is
 /// also start-up time.
@@ -12,7 +31,7 @@ pub const MAX_HIST_ENTRIES: u32 = 32768;
 pub const MAX_INFLIGHT_REQUESTS: u32 = 65536;
 /// (device, class) pairs.
 pub const MAX_BLOCK_KEYS: u32 = 1024;
-/// Devices in the block filter.
+/// Devices in the block filter (and with slots).
 pub const MAX_FILTER_DEVS: u32 = 64;
 
 /// Where a target thread's time goes, in the scheduler's terms.
@@ -122,10 +141,29 @@ pub struct HistKey {
     pub bucket: u32,
 }
 
-/// Syscalls whose latency histogram is a dense per-CPU array row (indexed by bucket: no
-/// hash lookup on the hottest path); the others' buckets go to the histogram hash.
-/// Userspace may load fewer rows on machines with many CPUs (the rows are per CPU).
-pub const DENSE_SYSCALL_ROWS: u32 = 24;
+/// Histograms filled on hot paths get a dense row each: a per-CPU array row indexed by
+/// bucket, an inlined lookup and an increment instead of a hash update (100–200 ns a call
+/// on this machine kind). Userspace lays the rows out (fsprof::probes::dense) and may load
+/// fewer on machines with many CPUs (rows are per CPU); the rest go to the histogram hash.
+pub const MAX_DENSE_ROWS: u32 = 512;
+/// Of those, at most this many for syscalls (the ones filesystem work calls most).
+pub const DENSE_SYSCALL_ROWS: u32 = 64;
+/// A row base or device slot that is not there.
+pub const NO_ROW: u32 = u32::MAX;
+/// Block devices with dense rows and per-CPU array statistics (a slot each).
+pub const MAX_BLOCK_SLOTS: u32 = 8;
+/// Block histogram kinds with a dense row per device slot and class, in row order.
+pub const BLOCK_ROW_KINDS: [HistKind; 3] = [
+    HistKind::BlockSize,
+    HistKind::BlockQueueLatency,
+    HistKind::BlockDeviceLatency,
+];
+
+/// Row of block histogram `kind_index` (into BLOCK_ROW_KINDS) of a device slot and class,
+/// counted from the first block row.
+pub const fn block_row(slot: u32, class: u32, kind_index: u32) -> u32 {
+    (slot * BLOCK_CLASSES + class) * BLOCK_ROW_KINDS.len() as u32 + kind_index
+}
 
 /// One dense histogram row: a count per bucket (`hist::bucket_of`).
 #[repr(C)]
@@ -252,16 +290,18 @@ pub struct OnCpuTask {
     pub _pad: u32,
 }
 
-/// Block request in flight, keyed by `struct request *`, with its device and class as
-/// read when it was first seen (neither changes in flight), so later events of the same
-/// request read only its length.
+/// Block request in flight since its issue, keyed by `struct request *`, with its device
+/// and class as read then (neither changes in flight), so its completion reads only what
+/// it completed.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RequestTimes {
-    pub start: u64,
     pub issue: u64,
     pub dev: u32,
     pub class: u32,
+    /// The device's slot, or NO_ROW.
+    pub slot: u32,
+    pub _pad: u32,
 }
 
 /// Counters of things that went wrong or were dropped; every report shows non-zero ones.

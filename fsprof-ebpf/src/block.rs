@@ -1,140 +1,120 @@
 //! Block layer, per device and request class: requests, bytes, size, queue latency
-//! (start or insert → issue) and device latency (issue → complete). Requests are keyed by
+//! (arrival → issue) and device latency (issue → complete). Requests are keyed by
 //! their `struct request *`. BTF tracepoints: the request's fields are plain loads.
+//! Devices userspace gave a slot keep their statistics and histograms in per-CPU arrays;
+//! others (a disk that appeared during the trace) in the hashes.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     macros::{btf_tracepoint, map},
-    maps::{HashMap, LruHashMap, PerCpuHashMap},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
     programs::BtfTracePointContext,
 };
 use fsprof_common::{
-    BlockClass, BlockKey, BlockStats, HistKind, Lost, MAX_BLOCK_KEYS, MAX_FILTER_DEVS,
-    MAX_INFLIGHT_REQUESTS, RequestTimes,
+    BLOCK_CLASSES, BLOCK_ROW_KINDS, BlockClass, BlockKey, BlockStats, Lost, MAX_BLOCK_KEYS,
+    MAX_BLOCK_SLOTS, MAX_FILTER_DEVS, MAX_INFLIGHT_REQUESTS, NO_ROW, RequestTimes, block_row,
 };
 
-use crate::common::{btf_read, config, entry_or_lost, hist_add, lost, now};
+use crate::common::{btf_read, conf, entry_or_lost, hist_add_row, lost, now, row_at};
 
 #[map]
 static BLOCK: PerCpuHashMap<BlockKey, BlockStats> =
     PerCpuHashMap::with_max_entries(MAX_BLOCK_KEYS, 0);
 
-/// Requests in flight. LRU: a request merged away or lost never fills the table.
+/// Statistics of the devices with a slot, by `slot * BLOCK_CLASSES + class`.
 #[map]
-static REQUESTS: LruHashMap<u64, RequestTimes> =
-    LruHashMap::with_max_entries(MAX_INFLIGHT_REQUESTS, 0);
+static BLOCK_SLOTS: PerCpuArray<BlockStats> =
+    PerCpuArray::with_max_entries(MAX_BLOCK_SLOTS * BLOCK_CLASSES, 0);
 
-/// Devices to watch (kernel dev_t) when CONFIG.filter_devices is set.
+/// Requests issued and not yet completed or requeued: every one leaves again, so the
+/// table needs no LRU (whose inserts cost twice a plain hash's).
 #[map]
-static DEVICE_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(MAX_FILTER_DEVS, 0);
+static REQUESTS: HashMap<u64, RequestTimes> = HashMap::with_max_entries(MAX_INFLIGHT_REQUESTS, 0);
 
-/// The kernel dev_t of the request's disk, or None when it is filtered out.
+/// Kernel dev_t → its slot (NO_ROW: none), set by userspace: the devices to watch when
+/// CONFIG.filter_devices is set, else the disks present at start.
+#[map]
+static DEVICES: HashMap<u32, u32> = HashMap::with_max_entries(MAX_FILTER_DEVS, 0);
+
+/// The request's device: its kernel dev_t and slot, or None when it is filtered out.
 #[inline(always)]
-fn watched_dev(rq: *const u8) -> Option<u32> {
-    let cfg = config();
-    let q = btf_read::<*const u8>(rq, cfg.request_q);
-    let disk = btf_read::<*const u8>(q, cfg.queue_disk);
+fn watched_dev(rq: *const u8) -> Option<(u32, u32)> {
+    let q = btf_read::<*const u8>(rq, conf!(request_q));
+    let disk = btf_read::<*const u8>(q, conf!(queue_disk));
     if disk.is_null() {
         return None;
     }
-    let major = btf_read::<i32>(disk, cfg.disk_major) as u32;
-    let minor = btf_read::<i32>(disk, cfg.disk_first_minor) as u32;
+    let major = btf_read::<i32>(disk, conf!(disk_major)) as u32;
+    let minor = btf_read::<i32>(disk, conf!(disk_first_minor)) as u32;
     let dev = fsprof_common::kdev::make(major, minor);
-    if cfg.filter_devices != 0 && DEVICE_FILTER.get_ptr(dev).is_none() {
-        return None;
+    match unsafe { DEVICES.get(dev) } {
+        Some(slot) => Some((dev, *slot)),
+        None if conf!(filter_devices) != 0 => None,
+        None => Some((dev, NO_ROW)),
     }
-    Some(dev)
 }
 
 #[inline(always)]
-fn stats(dev: u32, class: u32) -> Option<*mut BlockStats> {
+fn stats(dev: u32, slot: u32, class: u32) -> Option<*mut BlockStats> {
+    if slot != NO_ROW {
+        return BLOCK_SLOTS.get_ptr_mut(slot * BLOCK_CLASSES + class);
+    }
     let key = BlockKey { dev, class };
     entry_or_lost(&BLOCK, &key, Lost::BlockKeysFull)
 }
 
+/// Adds `value` to block histogram `kind_index` (into BLOCK_ROW_KINDS).
+#[inline(always)]
+fn add(kind_index: u32, dev: u32, slot: u32, class: u32, value: u64) {
+    let row = if slot == NO_ROW {
+        NO_ROW
+    } else {
+        row_at(conf!(rows_block), block_row(slot, class, kind_index))
+    };
+    let kind = BLOCK_ROW_KINDS[kind_index as usize % BLOCK_ROW_KINDS.len()];
+    hist_add_row(row, kind, class, dev, value);
+}
+
 #[inline(always)]
 fn class_of(rq: *const u8) -> BlockClass {
-    BlockClass::from_cmd_flags(btf_read::<u32>(rq, config().request_cmd_flags))
+    BlockClass::from_cmd_flags(btf_read::<u32>(rq, conf!(request_cmd_flags)))
 }
 
 #[inline(always)]
 fn data_len(rq: *const u8) -> u32 {
-    btf_read::<u32>(rq, config().request_data_len)
+    btf_read::<u32>(rq, conf!(request_data_len))
 }
 
-#[inline(always)]
-fn note_start(rq: *const u8, flags: u64) {
-    let Some(dev) = watched_dev(rq) else {
-        return;
-    };
-    let times = RequestTimes {
-        start: now(),
-        issue: 0,
-        dev,
-        class: class_of(rq) as u32,
-    };
-    // EEXIST (an earlier start already recorded) is expected with BPF_NOEXIST.
-    if REQUESTS.insert(rq as u64, times, flags).is_err() && flags == 0 {
-        lost(Lost::RequestTableFull);
-    }
-}
-
-// TP_PROTO(struct request *rq): the request is accounted (allocated for a bio).
-#[btf_tracepoint(function = "block_io_start")]
-pub fn block_io_start(ctx: BtfTracePointContext) -> i32 {
-    note_start(ctx.arg::<*const u8>(0), 0);
-    0
-}
-
-// TP_PROTO(struct request *rq): goes into a scheduler queue; kernels without
-// block_io_start measure queue time from here.
-#[btf_tracepoint(function = "block_rq_insert")]
-pub fn block_rq_insert(ctx: BtfTracePointContext) -> i32 {
-    note_start(ctx.arg::<*const u8>(0), BPF_NOEXIST as u64);
-    0
-}
-
-// TP_PROTO(struct request *rq)
+// TP_PROTO(struct request *rq). Queue time runs from the kernel's own stamp of the
+// request's arrival (`start_time_ns`, set for I/O statistics or a scheduler), so no program
+// needs to run, and no table entry to live, before the issue.
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let rq = ctx.arg::<*const u8>(0);
-    let ts = now();
-    // Seen at its start: device and class known; a request issued without one (a flush,
-    // or started before the trace) is read whole and entered now.
-    let (dev, class, r) = match REQUESTS.get_ptr_mut(rq as u64) {
-        Some(r) => unsafe { ((*r).dev, (*r).class, Some(r)) },
-        None => {
-            let Some(dev) = watched_dev(rq) else {
-                return 0;
-            };
-            (dev, class_of(rq) as u32, None)
-        }
+    let Some((dev, slot)) = watched_dev(rq) else {
+        return 0;
     };
-    let Some(s) = stats(dev, class) else {
+    let ts = now();
+    let class = class_of(rq) as u32;
+    let Some(s) = stats(dev, slot, class) else {
         return 0;
     };
     unsafe { (*s).issued += 1 };
-    hist_add(HistKind::BlockSize, class, dev, data_len(rq) as u64);
-    match r {
-        Some(r) => unsafe {
-            if (*r).start != 0 {
-                let q = ts.saturating_sub((*r).start);
-                (*s).queue_ns += q;
-                hist_add(HistKind::BlockQueueLatency, class, dev, q);
-            }
-            (*r).issue = ts;
-        },
-        None => {
-            let times = RequestTimes {
-                start: 0,
-                issue: ts,
-                dev,
-                class,
-            };
-            if REQUESTS.insert(rq as u64, times, 0).is_err() {
-                lost(Lost::RequestTableFull);
-            }
-        }
+    add(0, dev, slot, class, data_len(rq) as u64);
+    let start = btf_read::<u64>(rq, conf!(request_start_time_ns));
+    if start != 0 && start <= ts {
+        let q = ts - start;
+        unsafe { (*s).queue_ns += q };
+        add(1, dev, slot, class, q);
+    }
+    let times = RequestTimes {
+        issue: ts,
+        dev,
+        class,
+        slot,
+        _pad: 0,
+    };
+    if REQUESTS.insert(rq as u64, times, 0).is_err() {
+        lost(Lost::RequestTableFull);
     }
     0
 }
@@ -147,32 +127,32 @@ pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
     let ts = now();
     let nr_bytes = ctx.arg::<u64>(2) & 0xffff_ffff;
     let r = REQUESTS.get_ptr_mut(rq as u64);
-    let (dev, class) = match r {
-        Some(r) => unsafe { ((*r).dev, (*r).class) },
+    let (dev, slot, class) = match r {
+        Some(r) => unsafe { ((*r).dev, (*r).slot, (*r).class) },
         None => {
-            let Some(dev) = watched_dev(rq) else {
+            // Issued before the trace began.
+            let Some((dev, slot)) = watched_dev(rq) else {
                 return 0;
             };
-            (dev, class_of(rq) as u32)
+            (dev, slot, class_of(rq) as u32)
         }
     };
-    let Some(s) = stats(dev, class) else {
+    let Some(s) = stats(dev, slot, class) else {
         return 0;
     };
     unsafe {
         (*s).completions += 1;
         (*s).bytes += nr_bytes;
     }
-    if let Some(r) = r {
-        let issue = unsafe { (*r).issue };
-        if issue != 0 {
-            let d = ts.saturating_sub(issue);
-            unsafe { (*s).device_ns += d };
-            hist_add(HistKind::BlockDeviceLatency, class, dev, d);
-        }
-        if nr_bytes >= data_len(rq) as u64 {
-            let _ = REQUESTS.remove(rq as u64);
-        }
+    // Device latency once per request, at its last part (a loop device completes many
+    // requests in parts), as the kernel's own accounting counts it.
+    if let Some(r) = r
+        && nr_bytes >= data_len(rq) as u64
+    {
+        let d = ts.saturating_sub(unsafe { (*r).issue });
+        unsafe { (*s).device_ns += d };
+        add(2, dev, slot, class, d);
+        let _ = REQUESTS.remove(rq as u64);
     }
     0
 }

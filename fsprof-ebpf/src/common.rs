@@ -4,16 +4,18 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::map,
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
 };
 use fsprof_common::{
-    COUNTERS, Counter, HistKey, HistKind, LOST_KINDS, Lost, MAX_HIST_ENTRIES, MAX_TASKS, OnCpuTask,
-    ProbeConfig, TaskState, hist::bucket_of,
+    COUNTERS, Counter, DenseHist, FOLLOW_HINT_SHARED, FOLLOW_HINT_SLOTS, HistKey, HistKind,
+    LOST_KINDS, Lost, MAX_DENSE_ROWS, MAX_HIST_ENTRIES, MAX_TASKS, NO_ROW, OnCpuTask, ProbeConfig,
+    TaskState, follow_hint_join, follow_hint_slot,
+    hist::{BUCKETS, bucket_of},
 };
 
 /// Set by userspace before load (see fsprof::probes::offsets).
 #[unsafe(no_mangle)]
-static CONFIG: ProbeConfig = ProbeConfig {
+pub static CONFIG: ProbeConfig = ProbeConfig {
     task_pid: 0,
     task_in_iowait_byte: 0,
     task_in_iowait_mask: 0,
@@ -30,15 +32,56 @@ static CONFIG: ProbeConfig = ProbeConfig {
     fs_learn: 0,
     sample_period_ns: 0,
     fs_dev: 0,
-    _pad: 0,
+    request_start_time_ns: 0,
     off_cpu_period_ns: 0,
     task_tgid: 0,
     task_comm: 0,
+    rows_off_cpu: 0,
+    rows_fs_pairs: 0,
+    rows_block: 0,
+    _pad2: 0,
 };
 
 /// Threads being followed: the target and everything it forks.
 #[map]
-pub static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TASKS, 0);
+static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TASKS, 0);
+
+/// Which tids may be in TASKS (see `FOLLOW_HINT_SLOTS`): one array load turns away the
+/// switches, wakeups and syscalls of everything else on the machine before a hash lookup.
+#[map]
+static FOLLOW_HINT: Array<u32> = Array::with_max_entries(FOLLOW_HINT_SLOTS, 0);
+
+/// The state of `tid` if it is followed.
+#[inline(always)]
+pub fn followed(tid: u32) -> Option<*mut TaskState> {
+    let hint = *FOLLOW_HINT.get(follow_hint_slot(tid))?;
+    if hint != tid && hint != FOLLOW_HINT_SHARED {
+        return None;
+    }
+    TASKS.get_ptr_mut(tid)
+}
+
+/// Starts following `tid`. The hint goes first: a hint without a task costs a lookup, a
+/// task without its hint would be missed. Two forks on two CPUs race on a slot only when
+/// their tids are `FOLLOW_HINT_SLOTS` apart, which sequential tid allocation rules out.
+#[inline(always)]
+pub fn follow(tid: u32, state: &TaskState) -> Result<(), i32> {
+    if let Some(slot) = FOLLOW_HINT.get_ptr_mut(follow_hint_slot(tid)) {
+        unsafe { *slot = follow_hint_join(*slot, tid) };
+    }
+    TASKS.insert(tid, state, 0)
+}
+
+/// Stops following `tid` (it exited); a slot shared with another tid stays shared.
+#[inline(always)]
+pub fn unfollow(tid: u32) {
+    let _ = TASKS.remove(tid);
+    if let Some(slot) = FOLLOW_HINT.get_ptr_mut(follow_hint_slot(tid))
+        && unsafe { *slot } == tid
+    {
+        unsafe { *slot = 0 };
+    }
+}
 
 /// The followed thread on this CPU, if any (see `OnCpuTask`).
 #[map]
@@ -60,10 +103,19 @@ static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_KINDS, 0);
 #[map]
 static EVENTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTERS, 0);
 
+/// One field of CONFIG. Volatile: the loader rewrites this global, the compiler must not
+/// fold its zeros; and field by field, as a volatile read of the whole struct loads all of
+/// it (26 loads in every program that read one field).
+macro_rules! conf {
+    ($field:ident) => {
+        $crate::common::read_conf(core::ptr::addr_of!($crate::common::CONFIG.$field))
+    };
+}
+pub(crate) use conf;
+
 #[inline(always)]
-pub fn config() -> ProbeConfig {
-    // Volatile: the loader rewrites this global; the compiler must not fold the zeros.
-    unsafe { core::ptr::read_volatile(&CONFIG) }
+pub fn read_conf<T>(field: *const T) -> T {
+    unsafe { core::ptr::read_volatile(field) }
 }
 
 #[inline(always)]
@@ -139,7 +191,37 @@ pub fn entry_or_lost<K, V: Default>(
     p
 }
 
-/// Adds one `value` to histogram (kind, class, id).
+/// Dense histogram rows (see `MAX_DENSE_ROWS`), laid out by userspace.
+#[map]
+static DENSE_HISTS: PerCpuArray<DenseHist> = PerCpuArray::with_max_entries(MAX_DENSE_ROWS, 0);
+
+/// Adds one `value` to histogram (kind, class, id): to its dense row `row` when it has one
+/// (not NO_ROW), else to the histogram hash.
+#[inline(always)]
+pub fn hist_add_row(row: u32, kind: HistKind, class: u32, id: u32, value: u64) {
+    if row != NO_ROW
+        && let Some(h) = DENSE_HISTS.get_ptr_mut(row)
+    {
+        let b = bucket_of(value);
+        if b < BUCKETS {
+            unsafe { (*h).buckets[b as usize] += 1 };
+        }
+        return;
+    }
+    hist_add(kind, class, id, value);
+}
+
+/// `base + offset`, or NO_ROW when there is no base.
+#[inline(always)]
+pub fn row_at(base: u32, offset: u32) -> u32 {
+    if base == NO_ROW {
+        NO_ROW
+    } else {
+        base + offset
+    }
+}
+
+/// Adds one `value` to histogram (kind, class, id) in the histogram hash.
 #[inline(always)]
 pub fn hist_add(kind: HistKind, class: u32, id: u32, value: u64) {
     let key = HistKey {
@@ -165,11 +247,11 @@ pub fn btf_read<T>(base: *const u8, offset: u32) -> T {
 /// `tid` of a typed task pointer.
 #[inline(always)]
 pub fn btf_task_tid(task: *const u8) -> u32 {
-    btf_read::<i32>(task, config().task_pid) as u32
+    btf_read::<i32>(task, conf!(task_pid)) as u32
 }
 
 /// `tid` of a `struct task_struct *`.
 #[inline(always)]
 pub fn task_tid(task: u64) -> Option<u32> {
-    read_kernel::<i32>(task, config().task_pid).map(|p| p as u32)
+    read_kernel::<i32>(task, conf!(task_pid)).map(|p| p as u32)
 }

@@ -17,7 +17,7 @@ use fsprof_common::{
     MAX_FS_PAIRS, PairKey, TimeStats,
 };
 
-use crate::common::{TASKS, config, current_tid, hist_add, now, read_kernel};
+use crate::common::{conf, current_tid, followed, hist_add_row, now, read_kernel, row_at};
 
 /// Event index (the cookie) → its config; filled by userspace.
 #[map]
@@ -83,22 +83,37 @@ fn end_pair(pair: u32, key: u64, ts: u64) {
             (*s).episodes += 1;
         }
     }
-    hist_add(HistKind::FsPairLatency, 0, pair, lat);
+    let row = row_at(conf!(rows_fs_pairs), pair.wrapping_sub(1));
+    hist_add_row(row, HistKind::FsPairLatency, 0, pair, lat);
 }
+
+/// The last filesystem found in FS_DEVS on this CPU: a filesystem never leaves FS_DEVS, and
+/// consecutive events are nearly always the same filesystem's, so most skip the hash.
+#[map]
+static LAST_WATCHED: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 
 /// Whether events of filesystem `dev` count.
 #[inline(always)]
 fn watched(dev: u32) -> bool {
-    let cfg = config();
-    if cfg.fs_dev != 0 {
-        return dev == cfg.fs_dev;
+    if conf!(fs_dev) != 0 {
+        return dev == conf!(fs_dev);
+    }
+    let last = LAST_WATCHED.get_ptr_mut(0);
+    if let Some(l) = last
+        && dev != 0
+        && unsafe { *l } == dev
+    {
+        return true;
     }
     if FS_DEVS.get_ptr(dev).is_some() {
+        if let Some(l) = last {
+            unsafe { *l = dev };
+        }
         return true;
     }
     // The target works on this filesystem: from now on its background work counts too.
-    cfg.fs_learn != 0
-        && TASKS.get_ptr(current_tid()).is_some()
+    conf!(fs_learn) != 0
+        && followed(current_tid()).is_some()
         && FS_DEVS.insert(dev, 1, BPF_NOEXIST as u64).is_ok()
 }
 

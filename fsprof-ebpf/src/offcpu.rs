@@ -17,7 +17,7 @@ use aya_ebpf::{bindings::task_struct, macros::map, maps::HashMap};
 use fsprof_common::{Counter, StackKey, TIME_CLASSES, TaskState};
 
 use crate::{
-    common::{config, count},
+    common::{conf, count},
     stacks::{add_wake, add_weight, key_id, task_key},
 };
 
@@ -37,7 +37,7 @@ pub unsafe fn pick(t: *mut TaskState, class: u32, ns: u64) -> Option<(u64, u32)>
         return None;
     }
     unsafe {
-        let period = config().off_cpu_period_ns;
+        let period = conf!(off_cpu_period_ns);
         let acc = (*t).short_ns[c] + ns;
         if ns < period && acc < period && (*t).last_stack[c] != 0 {
             defer(t, class, ns);
@@ -93,7 +93,7 @@ pub unsafe fn switch_in(
             mask |= 2;
         }
         (*t).aw_mask = mask;
-        if config().off_cpu_period_ns == 0 {
+        if conf!(off_cpu_period_ns) == 0 {
             attribute(t, (*t).ep_stack);
             return false;
         }

@@ -15,8 +15,8 @@ use fsprof_common::{
 
 use crate::{
     common::{
-        TASKS, btf_task_tid, config, count, current_tgid, current_tid, hist_add, lost, now, on_cpu,
-        read_kernel, task_tid,
+        btf_task_tid, conf, count, current_tgid, current_tid, follow, followed, hist_add_row, lost,
+        now, on_cpu, read_kernel, row_at, task_tid, unfollow,
     },
     offcpu,
     stacks::{SLOT_SCHED, capture, capture_user, capture_waker},
@@ -34,7 +34,8 @@ fn add_time(class: u32, ns: u64) {
         }
     }
     if class != TimeClass::OnCpu as u32 {
-        hist_add(HistKind::OffCpuEpisode, class, 0, ns);
+        let row = row_at(conf!(rows_off_cpu), class);
+        hist_add_row(row, HistKind::OffCpuEpisode, class, 0, ns);
     }
 }
 
@@ -59,9 +60,8 @@ fn off_class(preempt: bool, state: u32, prev: u64) -> TimeClass {
         return TimeClass::RunQueue;
     }
     if state & TASK_UNINTERRUPTIBLE != 0 {
-        let cfg = config();
-        let iowait = read_kernel::<u8>(prev, cfg.task_in_iowait_byte).unwrap_or(0);
-        if iowait as u32 & cfg.task_in_iowait_mask != 0 {
+        let iowait = read_kernel::<u8>(prev, conf!(task_in_iowait_byte)).unwrap_or(0);
+        if iowait as u32 & conf!(task_in_iowait_mask) != 0 {
             return TimeClass::IoWait;
         }
         return TimeClass::Uninterruptible;
@@ -79,10 +79,10 @@ fn off_class(preempt: bool, state: u32, prev: u64) -> TimeClass {
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     // The tracepoint runs before the switch: current is still `prev`. The clock is read
     // only when a followed thread is involved: most switches are not theirs.
-    let prev_tid = current_tid();
+    let prev_tid = btf_task_tid(ctx.arg::<*const u8>(1));
     let cpu = on_cpu();
     let mut ts = 0;
-    if let Some(t) = TASKS.get_ptr_mut(prev_tid) {
+    if let Some(t) = followed(prev_tid) {
         ts = now();
         // Its syscall in flight (if any) moves from this CPU to the thread. Plain integers,
         // not an Option: LLVM loads an Option's payload before testing it, and verifiers
@@ -109,7 +109,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
                 (*t).on_since = 0;
             }
         }
-        let stacks = config().stacks != 0;
+        let stacks = conf!(stacks) != 0;
         // Back in its own context: a stack picked at the last switch-in takes its user half.
         let mut user = cached_ustack;
         if stacks && unsafe { offcpu::awaiting(t) } {
@@ -127,10 +127,10 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
                     offcpu::flush(t, prev_tid);
                 }
             }
-            let _ = TASKS.remove(prev_tid);
+            unfollow(prev_tid);
             count(Counter::TasksExited);
         } else {
-            let period = config().off_cpu_period_ns;
+            let period = conf!(off_cpu_period_ns);
             // Inside a syscall the user stack waits until a stack is picked: the thread's
             // next switch-out or syscall exit takes it.
             if stacks && user == 0 && (!in_syscall || period == 0) {
@@ -160,13 +160,13 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         (*c).await_user = 0;
     }
     let next_tid = btf_task_tid(ctx.arg::<*const u8>(2));
-    if let Some(t) = TASKS.get_ptr_mut(next_tid) {
+    if let Some(t) = followed(next_tid) {
         if ts == 0 {
             ts = now();
         }
         unsafe {
             let ended = match close_phase(t, ts) {
-                Some((class, ns)) if config().stacks != 0 => {
+                Some((class, ns)) if conf!(stacks) != 0 => {
                     offcpu::pick(t, class, ns).map(|(w, n)| (class, w, n))
                 }
                 _ => None,
@@ -193,12 +193,12 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 // is unwound only for a blocked phase that gets a stack.
 #[btf_tracepoint(function = "sched_waking")]
 pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
-    if let Some(t) = TASKS.get_ptr_mut(btf_task_tid(ctx.arg::<*const u8>(0))) {
+    if let Some(t) = followed(btf_task_tid(ctx.arg::<*const u8>(0))) {
         let ts = now();
         unsafe {
             if (*t).off_since != 0 && (*t).off_class != TimeClass::RunQueue as u32 {
                 if let Some((class, ns)) = close_phase(t, ts)
-                    && config().stacks != 0
+                    && conf!(stacks) != 0
                 {
                     if (*t).pend_ns != 0 {
                         // A second wakeup before a switch-in (seen once in thousands of
@@ -223,7 +223,7 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
 // and threads alike, in the parent's context.
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
-    let Some(parent) = TASKS.get_ptr(current_tid()) else {
+    let Some(parent) = followed(current_tid()) else {
         return 0;
     };
     let armed = unsafe { (*parent).armed };
@@ -237,7 +237,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
         armed,
         ..TaskState::default()
     };
-    if TASKS.insert(child, state, 0).is_err() {
+    if follow(child, &state).is_err() {
         lost(Lost::TaskTableFull);
     } else {
         count(Counter::TasksForked);

@@ -17,7 +17,7 @@ use fsprof_common::{
     StackKey, TimeClass, UserBuildIds, UserLeafKey, UserStackKey, WakeKey, Weight, WeightKey,
 };
 
-use crate::common::{TASKS, config, count, current_tgid, current_tid, entry, read_kernel};
+use crate::common::{conf, count, current_tgid, current_tid, entry, followed, read_kernel};
 
 /// Whole stack (kernel frames + user stack id) → id (0 means "no stack").
 #[map]
@@ -84,7 +84,7 @@ fn get_stack(ctx: *mut core::ffi::c_void, buf: *mut u64, size: u32, flags: u64) 
 #[inline(always)]
 fn is_kthread() -> bool {
     let task = unsafe { bpf_get_current_task() };
-    read_kernel::<u32>(task, config().task_flags).is_some_and(|f| f & PF_KTHREAD != 0)
+    read_kernel::<u32>(task, conf!(task_flags)).is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
 #[inline(always)]
@@ -213,14 +213,13 @@ pub fn capture(ctx: *mut core::ffi::c_void, slot: u32, kthread: bool, user: u32)
 /// `user`, in the switch scratch slot.
 #[inline(always)]
 pub fn task_key(task: *mut task_struct, user: u32) -> Option<*mut StackKey> {
-    let cfg = config();
     let base = task as u64;
     fill_key(
         SLOT_SCHED,
         |key| {
-            key.tgid = read_kernel::<u32>(base, cfg.task_tgid).unwrap_or(0);
+            key.tgid = read_kernel::<u32>(base, conf!(task_tgid)).unwrap_or(0);
             key.kthread = 0;
-            key.comm = read_kernel::<[u8; 16]>(base, cfg.task_comm).unwrap_or([0; 16]);
+            key.comm = read_kernel::<[u8; 16]>(base, conf!(task_comm)).unwrap_or([0; 16]);
             key.user = user;
         },
         |buf| unsafe { generated::bpf_get_task_stack(task, buf.cast(), KSTACK_BYTES, 0) },
@@ -269,16 +268,15 @@ pub fn add_wake(waker: u32, blocked: u32, class: u32, ns: u64, n: u32) {
 /// in userspace).
 #[perf_event]
 pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
-    let cfg = config();
     let tid = current_tid();
     if tid == 0 {
         return 0; // idle
     }
-    let (class, kthread) = if unsafe { TASKS.get(&tid) }.is_some() {
+    let (class, kthread) = if followed(tid).is_some() {
         (TimeClass::OnCpu as u32, false)
-    } else if cfg.background != 0 && is_kthread() {
+    } else if conf!(background) != 0 && is_kthread() {
         (STACK_CLASS_BACKGROUND, true)
-    } else if cfg.background != 0 && unsafe { BACKGROUND_PIDS.get(&current_tgid()) }.is_some() {
+    } else if conf!(background) != 0 && unsafe { BACKGROUND_PIDS.get(&current_tgid()) }.is_some() {
         (STACK_CLASS_BACKGROUND, false)
     } else {
         return 0;
@@ -289,6 +287,6 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         capture_user(ctx.as_ptr(), SLOT_SAMPLE, current_tgid())
     };
     let id = capture(ctx.as_ptr(), SLOT_SAMPLE, kthread, user);
-    add_weight(id, class, cfg.sample_period_ns, 1);
+    add_weight(id, class, conf!(sample_period_ns), 1);
     0
 }

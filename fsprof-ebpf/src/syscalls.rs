@@ -7,13 +7,10 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray},
     programs::RawTracePointContext,
 };
-use fsprof_common::{
-    DENSE_SYSCALL_ROWS, DenseHist, HistKind, Lost, MAX_SYSCALLS, SyscallStats,
-    hist::{BUCKETS, bucket_of},
-};
+use fsprof_common::{HistKind, Lost, MAX_SYSCALLS, NO_ROW, SyscallStats};
 
 use crate::{
-    common::{TASKS, current_tgid, current_tid, hist_add, lost, now, on_cpu},
+    common::{current_tgid, current_tid, followed, hist_add_row, lost, now, on_cpu},
     offcpu,
     stacks::{SLOT_SYSCALL, capture_user},
 };
@@ -21,42 +18,32 @@ use crate::{
 #[map]
 static SYSCALLS: PerCpuArray<SyscallStats> = PerCpuArray::with_max_entries(MAX_SYSCALLS, 0);
 
-/// Syscall number → 1 + its row in SYSCALL_HISTS (0: none), set by userspace for the
+/// Syscall number → 1 + its dense histogram row (0: none), set by userspace for the
 /// syscalls filesystem work makes most.
 #[map]
 static SYSCALL_ROW: Array<u32> = Array::with_max_entries(MAX_SYSCALLS, 0);
 
-#[map]
-static SYSCALL_HISTS: PerCpuArray<DenseHist> = PerCpuArray::with_max_entries(DENSE_SYSCALL_ROWS, 0);
-
-/// Latency into the syscall's dense row when it has one, else into the histogram hash.
 #[inline(always)]
 fn add_latency(nr: u32, latency: u64) {
-    if let Some(row) = SYSCALL_ROW.get(nr)
-        && *row != 0
-        && let Some(h) = SYSCALL_HISTS.get_ptr_mut(*row - 1)
-    {
-        let b = bucket_of(latency);
-        if b < BUCKETS {
-            unsafe { (*h).buckets[b as usize] += 1 };
-        }
-        return;
-    }
-    hist_add(HistKind::SyscallLatency, 0, nr, latency);
+    let row = match SYSCALL_ROW.get(nr) {
+        Some(r) if *r != 0 => *r - 1,
+        _ => NO_ROW,
+    };
+    hist_add_row(row, HistKind::SyscallLatency, 0, nr, latency);
 }
 
 // TP_PROTO(struct pt_regs *regs, long id)
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
-    let tid = current_tid();
     let Some(c) = on_cpu() else {
         return 0;
     };
     unsafe {
-        if (*c).tid != tid || tid == 0 {
+        if (*c).tid == 0 {
+            let tid = current_tid();
             // Not followed, or followed since it last switched in (a -p target, a thread
             // already running): the hash says which, once.
-            let Some(t) = TASKS.get_ptr(tid) else {
+            let Some(t) = followed(tid) else {
                 return 0;
             };
             (*c).tid = tid;
@@ -73,7 +60,7 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
 /// stack is the syscall's, still in place until it returns.
 #[inline(always)]
 fn complete_user(ctx: &RawTracePointContext, tid: u32, cached: u32) {
-    let Some(t) = TASKS.get_ptr_mut(tid) else {
+    let Some(t) = followed(tid) else {
         return;
     };
     let user = if cached != 0 {
@@ -87,12 +74,12 @@ fn complete_user(ctx: &RawTracePointContext, tid: u32, cached: u32) {
 // TP_PROTO(struct pt_regs *regs, long ret)
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
-    let tid = current_tid();
     let Some(c) = on_cpu() else {
         return 0;
     };
     let (nr, start, armed) = unsafe {
-        if (*c).tid != tid || tid == 0 {
+        let tid = (*c).tid;
+        if tid == 0 {
             return 0;
         }
         if (*c).await_user != 0 {
@@ -135,7 +122,7 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
     let tid = current_tid();
-    if let Some(t) = TASKS.get_ptr_mut(tid) {
+    if let Some(t) = followed(tid) {
         unsafe { (*t).armed = 1 };
         if let Some(c) = on_cpu()
             && unsafe { (*c).tid } == tid

@@ -107,16 +107,13 @@ pub fn fsprof_counts(r: &TraceResult) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// (read bytes, written bytes) so far on a block device, from /sys/block/NAME/stat.
-pub fn sysfs_rw_bytes(dev: &Path) -> (u64, u64) {
+/// The fields of /sys/block/NAME/stat (Documentation/block/stat.rst), 0-based.
+pub fn sysfs_block_stat(dev: &Path) -> Vec<u64> {
     let name = dev.file_name().unwrap().to_string_lossy();
     let stat = fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
-    let f: Vec<u64> = stat
-        .split_whitespace()
+    stat.split_whitespace()
         .map(|x| x.parse().unwrap())
-        .collect();
-    // Fields 3 and 7 (1-based) are sectors read and written, in 512-byte units.
-    (f[2] * 512, f[6] * 512)
+        .collect()
 }
 
 /// Fails with the command's stderr unless it exited 0.

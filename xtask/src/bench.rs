@@ -4,8 +4,10 @@
 //! an off-CPU stack at every switch-out, `--off-cpu-period 0`), with a
 //! bpftrace one-liner of the same syscall histogram as an anchor and fsprof's do-nothing
 //! programs on the same hooks as the floor. Modes alternate (the order rotates every round)
-//! and each figure is the median of `runs`; the command is timed by GNU time inside the
+//! and each figure is the median over `runs` rounds; the command is timed by GNU time inside the
 //! trace, so probe loading is not in it. Start-up and tear-down are measured apart.
+//! Ratios pair each traced sample with the untraced one of the same round: this machine kind
+//! drifts by ±10 % over minutes, which unpaired medians of each mode carry into the ratio.
 
 use std::{
     collections::BTreeMap,
@@ -286,6 +288,36 @@ fn start_bpftrace(comm: &str) -> Result<std::process::Child> {
     Ok(child)
 }
 
+/// traced / untraced of the same round, rounds in order (one sample per mode per round).
+fn paired_ratios(base: &[f64], traced: &[f64]) -> Vec<f64> {
+    base.iter()
+        .zip(traced)
+        .filter(|(b, _)| **b > 0.0)
+        .map(|(b, t)| t / b)
+        .collect()
+}
+
+/// Median and a 90 % percentile-bootstrap interval of the median (fixed seed: the same
+/// samples always print the same interval).
+fn median_interval(v: &[f64]) -> (f64, f64, f64) {
+    let m = median(v.to_vec());
+    if v.len() < 2 {
+        return (m, m, m);
+    }
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut medians: Vec<f64> = (0..2000)
+        .map(|_| median((0..v.len()).map(|_| v[next() as usize % v.len()]).collect()))
+        .collect();
+    medians.sort_by(|a, b| a.total_cmp(b));
+    (m, medians[100], medians[1899])
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -402,44 +434,60 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
     }
 
     println!(
-        "\nfsprof overhead on real filesystems (loop device, direct I/O), median of {runs}; \
-         ratio = traced / untraced; GNU time inside the trace"
+        "\nfsprof overhead on real filesystems (loop device, direct I/O), {runs} rounds; GNU time \
+         inside the trace"
     );
     println!(
         "  untar = tar xf of linux-source-6.1 (uncompressed, from tmpfs); rm = rm -rf of that \
          tree; db = fsprof's db step, 8,000 fdatasync'd transactions"
     );
-    let mut header = format!("{:<6} {:<5} {:<5}", "work", "fs", "");
+    println!(
+        "  ratio = median over rounds of traced / untraced *of the same round* (modes alternate \
+         within a round, so slow phases of the machine cancel), [90 % bootstrap interval]; \
+         probes = fsprof's BPF run time measured by the kernel, as a share of the untraced \
+         median wall"
+    );
+    let mut header = format!("{:<6} {:<5} {:<6}", "work", "fs", "");
     for &m in &sel {
-        header.push_str(&format!(" {:>14}", MODES[m].label()));
+        header.push_str(&format!(" {:>21}", MODES[m].label()));
     }
     println!("{header}");
     for w in WORKLOADS {
         for fs in filesystems {
-            let get = |m: usize, f: fn(&Sample) -> f64| {
-                median(
-                    samples
-                        .get(&(w.to_string(), fs.clone(), m))
-                        .map(|v| v.iter().map(f).collect())
-                        .unwrap_or_default(),
-                )
+            let series = |m: usize, f: fn(&Sample) -> f64| -> Vec<f64> {
+                samples
+                    .get(&(w.to_string(), fs.clone(), m))
+                    .map(|v| v.iter().map(f).collect())
+                    .unwrap_or_default()
             };
             for (what, f) in [
                 ("wall", (|s: &Sample| s.wall) as fn(&Sample) -> f64),
                 ("sys", |s: &Sample| s.sys),
             ] {
-                let base = get(0, f);
-                let mut line = format!("{w:<6} {fs:<5} {what:<5}");
+                let base = series(0, f);
+                let mut line = format!("{w:<6} {fs:<5} {what:<6}");
                 for &m in &sel {
-                    let v = get(m, f);
                     if m == 0 {
-                        line.push_str(&format!(" {:>13.2}s", v));
-                    } else {
-                        line.push_str(&format!(" {:>6.2}s {:>5.3}×", v, v / base));
+                        line.push_str(&format!(" {:>20.2}s", median(base.clone())));
+                        continue;
                     }
+                    let (r, lo, hi) = median_interval(&paired_ratios(&base, &series(m, f)));
+                    line.push_str(&format!(" {r:>6.3}× [{lo:.3}–{hi:.3}]"));
                 }
                 println!("{line}");
             }
+            let wall = median(series(0, |s| s.wall));
+            let mut line = format!("{w:<6} {fs:<5} {:<6}", "probes");
+            for &m in &sel {
+                let ns = series(m, |s| s.probe_ns.map_or(f64::NAN, |n| n as f64));
+                let cell = if ns.iter().all(|n| n.is_nan()) {
+                    "—".to_string()
+                } else {
+                    format!("{:.1} %", median(ns) / 1e7 / wall)
+                };
+                line.push_str(&format!(" {cell:>21}"));
+            }
+            println!("{line}");
         }
     }
     println!("\nfsprof's own kernel time in the default mode (median run), per program:");
@@ -486,4 +534,22 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
         median(startup)
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paired_ratio_interval() {
+        // The machine slows down in round 2: each round's ratio stays 1.1.
+        let base = [2.0, 4.0, 2.2];
+        let traced = [2.2, 4.4, 2.42];
+        let r = paired_ratios(&base, &traced);
+        let (m, lo, hi) = median_interval(&r);
+        assert!((m - 1.1).abs() < 1e-9 && (lo - 1.1).abs() < 1e-9 && (hi - 1.1).abs() < 1e-9);
+        let (m, lo, hi) = median_interval(&[0.9, 1.0, 1.1, 1.2, 1.3]);
+        assert_eq!(m, 1.1);
+        assert!(lo < m && m < hi && lo >= 0.9 && hi <= 1.3);
+    }
 }

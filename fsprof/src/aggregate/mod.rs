@@ -120,9 +120,9 @@ pub struct BlockRow {
     pub bytes: u64,
     /// Request size at issue, bytes.
     pub size: Summary,
-    /// Start/insert → issue, ns.
+    /// Arrival (the kernel's own `start_time_ns`, iostat's) → issue, ns.
     pub queue_latency: Summary,
-    /// Issue → complete, ns.
+    /// Issue → completion of its last part, ns: one per request.
     pub device_latency: Summary,
 }
 
@@ -167,7 +167,7 @@ fn recursion_misses(probes: &Probes) -> BTreeMap<String, u64> {
     out
 }
 
-pub(crate) type HistId = (u32, u32, u32);
+pub(crate) use crate::probes::dense::HistId;
 
 fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
     let map: PerCpuHashMap<_, HistKey, u64> =
@@ -180,17 +180,11 @@ fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
             .or_default()
             .push((k.bucket, n));
     }
-    let dense: PerCpuArray<_, DenseHist> = PerCpuArray::try_from(
-        probes
-            .ebpf
-            .map("SYSCALL_HISTS")
-            .context("SYSCALL_HISTS map")?,
-    )?;
-    for (row, &nr) in probes.dense_rows.iter().enumerate() {
+    let dense: PerCpuArray<_, DenseHist> =
+        PerCpuArray::try_from(probes.ebpf.map("DENSE_HISTS").context("DENSE_HISTS map")?)?;
+    for (row, id) in probes.dense.rows.iter().enumerate() {
         let per_cpu = dense.get(&(row as u32), 0)?;
-        let buckets = out
-            .entry((HistKind::SyscallLatency as u32, 0, nr))
-            .or_default();
+        let buckets = out.entry(*id).or_default();
         for b in 0..fsprof_common::hist::BUCKETS as usize {
             let n: u64 = per_cpu.iter().map(|h| h.buckets[b]).sum();
             if n > 0 {
@@ -308,17 +302,36 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
         }
     }
 
-    let block: PerCpuHashMap<_, BlockKey, BlockStats> =
+    let add = |a: BlockStats, b: &BlockStats| BlockStats {
+        completions: a.completions + b.completions,
+        bytes: a.bytes + b.bytes,
+        issued: a.issued + b.issued,
+        queue_ns: a.queue_ns + b.queue_ns,
+        device_ns: a.device_ns + b.device_ns,
+    };
+    // Devices with a slot count in a per-CPU array, the others in the hash.
+    let mut blocks: BTreeMap<(u32, u32), BlockStats> = BTreeMap::new();
+    let hashed: PerCpuHashMap<_, BlockKey, BlockStats> =
         PerCpuHashMap::try_from(ebpf.map("BLOCK").context("BLOCK map")?)?;
-    for item in block.iter() {
+    for item in hashed.iter() {
         let (k, v) = item?;
-        let s: BlockStats = sum(&v, |a: BlockStats, b| BlockStats {
-            completions: a.completions + b.completions,
-            bytes: a.bytes + b.bytes,
-            issued: a.issued + b.issued,
-            queue_ns: a.queue_ns + b.queue_ns,
-            device_ns: a.device_ns + b.device_ns,
-        });
+        let e = blocks.entry((k.dev, k.class)).or_default();
+        *e = add(*e, &sum(&v, add));
+    }
+    let slotted: PerCpuArray<_, BlockStats> =
+        PerCpuArray::try_from(ebpf.map("BLOCK_SLOTS").context("BLOCK_SLOTS map")?)?;
+    for (slot, &dev) in probes.dense.slots.iter().enumerate() {
+        for class in 0..fsprof_common::BLOCK_CLASSES {
+            let v = slotted.get(&(slot as u32 * fsprof_common::BLOCK_CLASSES + class), 0)?;
+            let s = sum(&v, add);
+            if s.issued + s.completions > 0 {
+                let e = blocks.entry((dev, class)).or_default();
+                *e = add(*e, &s);
+            }
+        }
+    }
+    for ((dev, class), s) in blocks {
+        let k = BlockKey { dev, class };
         let (major, minor) = kdev::split(k.dev);
         profile.block.push(BlockRow {
             dev: format!("{major}:{minor}"),

@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::{
     lab::{self, FsKind, LabOptions},
-    probes::{DEFAULT_SAMPLE_HZ, FsEventSet, StackOptions},
+    probes::{DEFAULT_SAMPLE_HZ, FsEventSet, StackOptions, off_cpu_period_for},
     workload::pgbench::PgbenchSpec,
 };
 
@@ -21,10 +21,11 @@ pub struct StackArgs {
     pub sample_hz: u32,
     /// Off-CPU waits at least this long get a kernel stack each; shorter ones are sampled,
     /// one stack per this much waiting per thread, carrying the time since the last (every
-    /// total stays exact). 0: a stack for every wait, which costs 3–6 µs per wait (rm -rf
-    /// of a kernel tree on xfs: ~10 % slower). Units: ns, us, ms, s.
-    #[arg(long, default_value = "1ms", value_parser = parse_duration_ns)]
-    pub off_cpu_period: u64,
+    /// total stays exact). Default: the on-CPU sample period (1/sample-hz), so waiting and
+    /// running are sampled alike. 0: a stack for every wait, which costs 3–6 µs per wait
+    /// (rm -rf of a kernel tree on xfs: ~10 % slower). Units: ns, us, ms, s.
+    #[arg(long, value_parser = parse_duration_ns)]
+    pub off_cpu_period: Option<u64>,
     /// Do not count the filesystem's own tracepoints (xfs:*, ext4:*, jbd2:*, …).
     #[arg(long, conflicts_with = "all_fs_events")]
     pub no_fs_events: bool,
@@ -52,7 +53,9 @@ impl StackArgs {
         (!self.no_stacks).then_some(StackOptions {
             sample_hz: self.sample_hz.max(1),
             background: true,
-            off_cpu_period_ns: self.off_cpu_period,
+            off_cpu_period_ns: self
+                .off_cpu_period
+                .unwrap_or_else(|| off_cpu_period_for(self.sample_hz)),
         })
     }
 }

@@ -1,6 +1,7 @@
 //! Loading and attaching the eBPF programs, and telling them whom to follow.
 
 pub mod btf;
+pub mod dense;
 pub mod fs_events;
 pub mod offsets;
 pub mod raw_tracepoint;
@@ -44,8 +45,6 @@ const BTF_TRACEPOINTS: &[&str] = &[
     "sched_waking",
     "block_rq_issue",
     "block_rq_complete",
-    "block_io_start",
-    "block_rq_insert",
     "block_rq_requeue",
 ];
 /// Syscalls whose latency histograms get a dense row (the rest use the histogram hash):
@@ -75,12 +74,52 @@ const DENSE_SYSCALLS: &[&str] = &[
     "fallocate",
     "readlink",
     "copy_file_range",
+    // Metadata calls of tar, cp -a and rsync: one each per file extracted or copied.
+    "utimensat",
+    "fchown",
+    "fchmod",
+    "fchownat",
+    "fchmodat",
+    "chmod",
+    "chown",
+    "lchown",
+    "symlinkat",
+    "symlink",
+    "linkat",
+    "link",
+    "rmdir",
+    "readlinkat",
+    "faccessat2",
+    "access",
+    "ftruncate",
+    "truncate",
+    "fgetxattr",
+    "flistxattr",
+    "fsetxattr",
+    "lgetxattr",
+    "llistxattr",
+    "lsetxattr",
+    "preadv",
+    "pwritev",
+    "readv",
+    "writev",
+    "sync_file_range",
+    "syncfs",
+    "sendfile",
+    "ioctl",
+    "fstatfs",
+    "statfs",
+    "mmap",
+    "munmap",
+    "madvise",
+    // Database and server loops (pgbench's postgres).
+    "epoll_wait",
+    "recvfrom",
+    "sendto",
 ];
-/// Per-CPU memory the dense rows may take (a row is 11 KiB per CPU).
-const DENSE_BUDGET_BYTES: usize = 16 << 20;
 
-/// Missing ones degrade a figure (queue latency, requeue handling) but not the run.
-const OPTIONAL: &[&str] = &["block_io_start", "block_rq_insert", "block_rq_requeue"];
+/// Missing ones degrade a figure (requeue handling) but not the run.
+const OPTIONAL: &[&str] = &["block_rq_requeue"];
 
 /// Which of the filesystem's own tracepoints to count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,22 +160,26 @@ pub struct StackOptions {
     pub off_cpu_period_ns: u64,
 }
 
-/// One kernel stack per millisecond of a thread's short waits: at 3–6 µs an unwind that
-/// is ≤ 0.6 % of the waiting, and a 1 s wait profile still gets ~1,000 stacks.
-pub const DEFAULT_OFF_CPU_PERIOD_NS: u64 = 1_000_000;
-
 /// perf's default is 4000 Hz, bcc's profile 49 Hz, flame graph recipes use 99. Each sample
 /// costs ~8 µs of kernel unwinding (64 frames from the timer interrupt) plus the user
 /// stack: 999 Hz cost 2.2 % of an ext4 tree delete's wall, 199 Hz costs ~0.5 % and still
 /// gives 5 ms resolution per CPU; off-CPU stacks do not depend on it.
 pub const DEFAULT_SAMPLE_HZ: u32 = 199;
 
+/// The default off-CPU stack period: the on-CPU sample period, so a combined on/off-CPU
+/// profile is sampled evenly over time (199 Hz: a stack per ~5 ms of a thread's waiting).
+/// A picked wait costs ~12 µs (its kernel stack at switch-in, the waker's, the user
+/// stack): ≤ 0.25 % of the waiting it stands for.
+pub fn off_cpu_period_for(sample_hz: u32) -> u64 {
+    1_000_000_000 / u64::from(sample_hz.clamp(1, 100_000))
+}
+
 impl Default for StackOptions {
     fn default() -> Self {
         StackOptions {
             sample_hz: DEFAULT_SAMPLE_HZ,
             background: true,
-            off_cpu_period_ns: DEFAULT_OFF_CPU_PERIOD_NS,
+            off_cpu_period_ns: off_cpu_period_for(DEFAULT_SAMPLE_HZ),
         }
     }
 }
@@ -162,8 +205,8 @@ pub struct Probes {
     stats: Option<OwnedFd>,
     /// With `floor`: the do-nothing programs' links.
     floor_links: Vec<OwnedFd>,
-    /// Syscall number of each dense latency row (SYSCALL_HISTS), by row.
-    pub dense_rows: Vec<u32>,
+    /// What the dense histogram rows and block slots hold.
+    pub dense: dense::DenseLayout,
 }
 
 /// Refuses early, with one line each, what would otherwise fail deep inside the loader.
@@ -185,9 +228,7 @@ impl Probes {
         check_environment()?;
         let mut config = offsets::probe_config(Path::new(offsets::VMLINUX_BTF))?;
         config.filter_devices = u32::from(!opts.devices.is_empty());
-        let period = opts
-            .stacks
-            .map(|s| 1_000_000_000 / u64::from(s.sample_hz.clamp(1, 100_000)));
+        let period = opts.stacks.map(|s| off_cpu_period_for(s.sample_hz));
         if let (Some(s), Some(p)) = (opts.stacks, period) {
             config.stacks = 1;
             config.background = s.background.into();
@@ -212,31 +253,41 @@ impl Probes {
             }
         };
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
-        let row_bytes = std::mem::size_of::<fsprof_common::DenseHist>() * cpus.max(1);
-        let rows =
-            (DENSE_BUDGET_BYTES / row_bytes).clamp(1, fsprof_common::DENSE_SYSCALL_ROWS as usize);
-        let mut ebpf = EbpfLoader::new()
-            .override_global("CONFIG", &config, true)
-            .map_max_entries("SYSCALL_HISTS", rows as u32)
-            .load(EBPF_OBJECT)
-            .context("loading fsprof's eBPF object")?;
-        let dense_rows: Vec<u32> = DENSE_SYSCALLS
+        let syscalls: Vec<u32> = DENSE_SYSCALLS
             .iter()
             .filter_map(|n| crate::syscall_table::number(n))
-            .take(rows)
             .collect();
+        // Filtered: the named devices, each with a slot while they last; else the disks
+        // present now get the slots and any other device is counted in the hashes.
+        let slot_candidates = if opts.devices.is_empty() {
+            dense::present_disks()
+        } else {
+            opts.devices.clone()
+        };
+        let dense = dense::plan(cpus, &syscalls, fs_events::PAIR_COUNT, &slot_candidates);
+        config.rows_off_cpu = dense.off_cpu;
+        config.rows_fs_pairs = dense.fs_pairs;
+        config.rows_block = dense.block;
+        let mut ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &config, true)
+            .map_max_entries("DENSE_HISTS", dense.rows.len().max(1) as u32)
+            .load(EBPF_OBJECT)
+            .context("loading fsprof's eBPF object")?;
         {
             let mut map: aya::maps::Array<_, u32> =
                 aya::maps::Array::try_from(ebpf.map_mut("SYSCALL_ROW").context("SYSCALL_ROW")?)?;
-            for (row, nr) in dense_rows.iter().enumerate() {
-                map.set(*nr, row as u32 + 1, 0)?;
+            for &(nr, row) in &dense.syscalls {
+                map.set(nr, row + 1, 0)?;
             }
         }
-        if !opts.devices.is_empty() {
-            let mut filter: HashMap<_, u32, u8> =
-                HashMap::try_from(ebpf.map_mut("DEVICE_FILTER").context("DEVICE_FILTER map")?)?;
-            for dev in &opts.devices {
-                filter.insert(dev, 1, 0)?;
+        {
+            let mut devices: HashMap<_, u32, u32> =
+                HashMap::try_from(ebpf.map_mut("DEVICES").context("DEVICES map")?)?;
+            for (slot, dev) in dense.slots.iter().enumerate() {
+                devices.insert(dev, slot as u32, 0)?;
+            }
+            for dev in opts.devices.iter().skip(dense.slots.len()) {
+                devices.insert(dev, fsprof_common::NO_ROW, 0)?;
             }
         }
         if !opts.background_pids.is_empty() {
@@ -263,7 +314,7 @@ impl Probes {
                 warnings,
                 stats,
                 floor_links,
-                dense_rows,
+                dense,
             });
         }
         for (names, required) in [(REQUIRED, true), (OPTIONAL, false)] {
@@ -305,7 +356,7 @@ impl Probes {
             warnings,
             stats,
             floor_links: Vec::new(),
-            dense_rows,
+            dense,
         })
     }
 
@@ -394,6 +445,12 @@ impl Probes {
     }
 
     fn follow_with(&mut self, tid: u32, state: TaskState) -> Result<()> {
+        // The hint first, as the kernel side does (fsprof-ebpf common::follow).
+        let mut hint: aya::maps::Array<_, u32> =
+            aya::maps::Array::try_from(self.ebpf.map_mut("FOLLOW_HINT").context("FOLLOW_HINT")?)?;
+        let slot = fsprof_common::follow_hint_slot(tid);
+        let held = hint.get(&slot, 0)?;
+        hint.set(slot, fsprof_common::follow_hint_join(held, tid), 0)?;
         let mut tasks: HashMap<_, u32, TaskState> =
             HashMap::try_from(self.ebpf.map_mut("TASKS").context("TASKS map")?)?;
         tasks

@@ -43,6 +43,7 @@ pub fn probe_config(btf_path: &Path) -> Result<ProbeConfig> {
         disk_first_minor: byte_offset(btf, "gendisk", "first_minor")?,
         request_data_len: byte_offset(btf, "request", "__data_len")?,
         request_cmd_flags: byte_offset(btf, "request", "cmd_flags")?,
+        request_start_time_ns: byte_offset(btf, "request", "start_time_ns")?,
         task_flags: byte_offset(btf, "task_struct", "flags")?,
         task_tgid: byte_offset(btf, "task_struct", "tgid")?,
         task_comm: byte_offset(btf, "task_struct", "comm")?,

@@ -6,10 +6,7 @@
 
 use std::{path::Path, process::Command};
 
-use fsprof::{
-    lab::FsKind,
-    probes::{DEFAULT_OFF_CPU_PERIOD_NS, StackOptions},
-};
+use fsprof::{lab::FsKind, probes::StackOptions};
 use fsprof_tests::*;
 
 fn us(ns: u64) -> f64 {
@@ -77,7 +74,7 @@ pub fn cpu_bound_binary_hot_function_tops_on_cpu_graph() {
 pub fn direct_io_off_cpu_is_io_wait_under_io_schedule() {
     let fs = lab(FsKind::Ext4, 512 << 20, "");
     for (period, waited_in) in [
-        (DEFAULT_OFF_CPU_PERIOD_NS, "iomap_dio_rw"),
+        (StackOptions::default().off_cpu_period_ns, "iomap_dio_rw"),
         (0, "io_schedule"),
     ] {
         let out = TempDir::new(&format!("dio{period}"));
