@@ -594,6 +594,19 @@ mod names {
         }
 
         #[test]
+        fn follow_hint_slots_say_who_may_be_followed() {
+            let (a, b) = (1234, 1234 + FOLLOW_HINT_SLOTS);
+            assert_eq!(follow_hint_slot(a), follow_hint_slot(b));
+            // Empty, then a's; again a's; shared once b meets a there, and shared stays.
+            let s = follow_hint_join(0, a);
+            assert_eq!(s, a);
+            assert_eq!(follow_hint_join(s, a), a);
+            let s = follow_hint_join(s, b);
+            assert_eq!(s, FOLLOW_HINT_SHARED);
+            assert_eq!(follow_hint_join(s, a), FOLLOW_HINT_SHARED);
+        }
+
+        #[test]
         fn names_are_the_published_ones() {
             assert_eq!(TimeClass::RunQueue.name(), "run_queue");
             assert_eq!(TimeClass::OnCpu.name(), "on_cpu");

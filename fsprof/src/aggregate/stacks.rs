@@ -372,19 +372,27 @@ pub fn collect(
             let mut user = Vec::new();
             if !uips.is_empty() {
                 let captured = build_ids.get(&k.user);
-                let frames: Vec<BuildIdFrame> = (0..uips.len())
-                    .map(|i| {
-                        captured
-                            .map(|b| b.frames[i])
-                            .filter(|f| f.status == BUILD_ID_VALID)
-                            .or_else(|| user_maps.place(k.tgid, uips[i], |id| syms.file_len(id)))
+                let mut frames = Vec::with_capacity(uips.len());
+                for (i, &ip) in uips.iter().enumerate() {
+                    // The kernel takes the first mapping *above* an address that is in none
+                    // (a frame-pointer-less walk reads such garbage), which gives a "file
+                    // offset" beyond the file: not a place in it.
+                    let valid = captured.map(|b| b.frames[i]).filter(|f| {
+                        f.status == BUILD_ID_VALID
+                            && syms
+                                .file_len(&f.build_id)
+                                .is_none_or(|len| f.offset_or_ip < len)
+                    });
+                    frames.push(
+                        valid
+                            .or_else(|| user_maps.place(k.tgid, ip, |id| syms.file_len(id)))
                             .unwrap_or(BuildIdFrame {
                                 status: 0,
                                 build_id: [0; 20],
                                 offset_or_ip: 0,
-                            })
-                    })
-                    .collect();
+                            }),
+                    );
+                }
                 user = syms.user(k.tgid, &uips, Some(&frames));
                 user.reverse();
             }
