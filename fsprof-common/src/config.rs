@@ -19,7 +19,7 @@ pub struct ProbeConfig {
     /// offsetof(struct request, __data_len), (struct request, cmd_flags)
     pub request_data_len: u32,
     pub request_cmd_flags: u32,
-    /// Non-zero: only devices in the DEVICE_FILTER map count.
+    /// Non-zero: only devices in the DEVICES map count.
     pub filter_devices: u32,
     /// offsetof(struct task_struct, flags)
     pub task_flags: u32,

@@ -469,12 +469,12 @@ mod tests {
 
     #[test]
     fn own_programs_grouped_on_cpu_trimmed_off_cpu() {
-        let progs = v(&["block_io_start", "sched_switch"]);
+        let progs = v(&["block_rq_issue", "sched_switch"]);
         let sample = v(&[
             "htab_lru_map_update_elem",
-            "bpf_prog_0123456789abcdef_block_io_start",
+            "bpf_prog_0123456789abcdef_block_rq_issue",
             "bpf_trace_run1",
-            "__traceiter_block_io_start",
+            "__traceiter_block_rq_issue",
             "blk_mq_submit_bio",
             "submit_bio",
         ]);
