@@ -152,17 +152,23 @@ pub const DENSE_SYSCALL_ROWS: u32 = 64;
 pub const NO_ROW: u32 = u32::MAX;
 /// Block devices with dense rows and per-CPU array statistics (a slot each).
 pub const MAX_BLOCK_SLOTS: u32 = 8;
-/// Block histogram kinds with a dense row per device slot and class, in row order.
+/// Block histogram kinds with a dense row per device slot and class, in row order:
+/// consecutive kinds, so a kind's place in the row group is its distance from the first.
 pub const BLOCK_ROW_KINDS: [HistKind; 3] = [
     HistKind::BlockSize,
     HistKind::BlockQueueLatency,
     HistKind::BlockDeviceLatency,
 ];
+const _: () = assert!(
+    HistKind::BlockQueueLatency as u32 == HistKind::BlockSize as u32 + 1
+        && HistKind::BlockDeviceLatency as u32 == HistKind::BlockSize as u32 + 2
+);
 
-/// Row of block histogram `kind_index` (into BLOCK_ROW_KINDS) of a device slot and class,
+/// Row of block histogram `kind` (one of BLOCK_ROW_KINDS) of a device slot and class,
 /// counted from the first block row.
-pub const fn block_row(slot: u32, class: u32, kind_index: u32) -> u32 {
-    (slot * BLOCK_CLASSES + class) * BLOCK_ROW_KINDS.len() as u32 + kind_index
+pub const fn block_row(slot: u32, class: u32, kind: HistKind) -> u32 {
+    (slot * BLOCK_CLASSES + class) * BLOCK_ROW_KINDS.len() as u32
+        + (kind as u32 - HistKind::BlockSize as u32)
 }
 
 /// One dense histogram row: a count per bucket (`hist::bucket_of`).

@@ -10,7 +10,7 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use fsprof_common::{
-    BLOCK_CLASSES, BLOCK_ROW_KINDS, BlockClass, BlockKey, BlockStats, Lost, MAX_BLOCK_KEYS,
+    BLOCK_CLASSES, BlockClass, BlockKey, BlockStats, HistKind, Lost, MAX_BLOCK_KEYS,
     MAX_BLOCK_SLOTS, MAX_FILTER_DEVS, MAX_INFLIGHT_REQUESTS, NO_ROW, RequestTimes, block_row,
 };
 
@@ -62,15 +62,14 @@ fn stats(dev: u32, slot: u32, class: u32) -> Option<*mut BlockStats> {
     entry_or_lost(&BLOCK, &key, Lost::BlockKeysFull)
 }
 
-/// Adds `value` to block histogram `kind_index` (into BLOCK_ROW_KINDS).
+/// Adds `value` to block histogram `kind` of a device and class.
 #[inline(always)]
-fn add(kind_index: u32, dev: u32, slot: u32, class: u32, value: u64) {
+fn add(kind: HistKind, dev: u32, slot: u32, class: u32, value: u64) {
     let row = if slot == NO_ROW {
         NO_ROW
     } else {
-        row_at(conf!(rows_block), block_row(slot, class, kind_index))
+        row_at(conf!(rows_block), block_row(slot, class, kind))
     };
-    let kind = BLOCK_ROW_KINDS[kind_index as usize % BLOCK_ROW_KINDS.len()];
     hist_add_row(row, kind, class, dev, value);
 }
 
@@ -99,12 +98,12 @@ pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     unsafe { (*s).issued += 1 };
-    add(0, dev, slot, class, data_len(rq) as u64);
+    add(HistKind::BlockSize, dev, slot, class, data_len(rq) as u64);
     let start = btf_read::<u64>(rq, conf!(request_start_time_ns));
     if start != 0 && start <= ts {
         let q = ts - start;
         unsafe { (*s).queue_ns += q };
-        add(1, dev, slot, class, q);
+        add(HistKind::BlockQueueLatency, dev, slot, class, q);
     }
     let times = RequestTimes {
         issue: ts,
@@ -151,7 +150,7 @@ pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
     {
         let d = ts.saturating_sub(unsafe { (*r).issue });
         unsafe { (*s).device_ns += d };
-        add(2, dev, slot, class, d);
+        add(HistKind::BlockDeviceLatency, dev, slot, class, d);
         let _ = REQUESTS.remove(rq as u64);
     }
     0

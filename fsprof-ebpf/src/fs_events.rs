@@ -95,8 +95,9 @@ static LAST_WATCHED: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 /// Whether events of filesystem `dev` count.
 #[inline(always)]
 fn watched(dev: u32) -> bool {
-    if conf!(fs_dev) != 0 {
-        return dev == conf!(fs_dev);
+    let fixed = conf!(fs_dev);
+    if fixed != 0 {
+        return dev == fixed;
     }
     let last = LAST_WATCHED.get_ptr_mut(0);
     if let Some(l) = last

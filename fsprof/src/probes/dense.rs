@@ -13,6 +13,85 @@ use fsprof_common::{
 /// fit every row, 64 still the off-CPU classes and the hottest syscalls.
 const DENSE_BUDGET_BYTES: usize = 16 << 20;
 
+/// Syscalls whose latency histograms get a dense row (the rest use the histogram hash):
+/// what filesystem work calls most.
+const HOT_SYSCALLS: &[&str] = &[
+    "read",
+    "write",
+    "pread64",
+    "pwrite64",
+    "openat",
+    "close",
+    "newfstatat",
+    "statx",
+    "fstat",
+    "lseek",
+    "getdents64",
+    "unlinkat",
+    "unlink",
+    "mkdir",
+    "mkdirat",
+    "renameat2",
+    "rename",
+    "fsync",
+    "fdatasync",
+    "fcntl",
+    "futex",
+    "fallocate",
+    "readlink",
+    "copy_file_range",
+    // Metadata calls of tar, cp -a and rsync: one each per file extracted or copied.
+    "utimensat",
+    "fchown",
+    "fchmod",
+    "fchownat",
+    "fchmodat",
+    "chmod",
+    "chown",
+    "lchown",
+    "symlinkat",
+    "symlink",
+    "linkat",
+    "link",
+    "rmdir",
+    "readlinkat",
+    "faccessat2",
+    "access",
+    "ftruncate",
+    "truncate",
+    "fgetxattr",
+    "flistxattr",
+    "fsetxattr",
+    "lgetxattr",
+    "llistxattr",
+    "lsetxattr",
+    "preadv",
+    "pwritev",
+    "readv",
+    "writev",
+    "sync_file_range",
+    "syncfs",
+    "sendfile",
+    "ioctl",
+    "fstatfs",
+    "statfs",
+    "mmap",
+    "munmap",
+    "madvise",
+    // Database and server loops (pgbench's postgres).
+    "epoll_wait",
+    "recvfrom",
+    "sendto",
+];
+
+/// Numbers of HOT_SYSCALLS on this architecture, in order.
+pub fn hot_syscalls() -> Vec<u32> {
+    HOT_SYSCALLS
+        .iter()
+        .filter_map(|n| crate::syscall_table::number(n))
+        .collect()
+}
+
 /// (kind, class, id) of a histogram.
 pub type HistId = (u32, u32, u32);
 
@@ -69,15 +148,16 @@ pub fn plan(cpus: usize, syscalls: &[u32], fs_pairs: u32, devices: &[u32]) -> De
         }
         let slot = l.slots.len() as u32;
         l.slots.push(dev);
-        l.block = base;
-        let first = l.rows.len();
-        l.rows.resize(first + per_slot, (0, 0, 0));
+        l.rows.resize(l.rows.len() + per_slot, (0, 0, 0));
         for class in 0..BLOCK_CLASSES {
-            for (k, kind) in BLOCK_ROW_KINDS.iter().enumerate() {
-                let row = (base + block_row(slot, class, k as u32)) as usize;
-                l.rows[row] = (*kind as u32, class, dev);
+            for kind in BLOCK_ROW_KINDS {
+                let row = (base + block_row(slot, class, kind)) as usize;
+                l.rows[row] = (kind as u32, class, dev);
             }
         }
+    }
+    if !l.slots.is_empty() {
+        l.block = base;
     }
     l
 }
@@ -122,12 +202,19 @@ mod tests {
             "a histogram has two rows"
         );
         // The row the kernel computes for (slot 1, write, device latency).
-        let row = l.block + block_row(1, 1, 2);
+        let row = l.block + block_row(1, 1, HistKind::BlockDeviceLatency);
         assert_eq!(
             l.rows[row as usize],
             (HistKind::BlockDeviceLatency as u32, 1, 254 << 20)
         );
         assert_eq!(l.rows[(l.fs_pairs + 19) as usize].2, 20);
+    }
+
+    #[test]
+    fn every_hot_syscall_is_known_and_has_a_row() {
+        // A misspelt name would silently lose its row.
+        assert_eq!(hot_syscalls().len(), HOT_SYSCALLS.len());
+        assert!(HOT_SYSCALLS.len() <= DENSE_SYSCALL_ROWS as usize);
     }
 
     #[test]

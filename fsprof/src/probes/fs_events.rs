@@ -170,10 +170,10 @@ enum PairKeyDef {
     Arg(u32),
 }
 
-/// begin/end pairs worth a latency: (name, begin event, end event, key).
 /// Pair ids run from 1 to at most this.
 pub const PAIR_COUNT: u32 = PAIRS.len() as u32;
 
+/// begin/end pairs worth a latency: (name, begin event, end event, key).
 const PAIRS: &[(&str, &str, &str, PairKeyDef)] = &[
     (
         "ext4_sync_file",

@@ -47,76 +47,6 @@ const BTF_TRACEPOINTS: &[&str] = &[
     "block_rq_complete",
     "block_rq_requeue",
 ];
-/// Syscalls whose latency histograms get a dense row (the rest use the histogram hash):
-/// what filesystem work calls most.
-const DENSE_SYSCALLS: &[&str] = &[
-    "read",
-    "write",
-    "pread64",
-    "pwrite64",
-    "openat",
-    "close",
-    "newfstatat",
-    "statx",
-    "fstat",
-    "lseek",
-    "getdents64",
-    "unlinkat",
-    "unlink",
-    "mkdir",
-    "mkdirat",
-    "renameat2",
-    "rename",
-    "fsync",
-    "fdatasync",
-    "fcntl",
-    "futex",
-    "fallocate",
-    "readlink",
-    "copy_file_range",
-    // Metadata calls of tar, cp -a and rsync: one each per file extracted or copied.
-    "utimensat",
-    "fchown",
-    "fchmod",
-    "fchownat",
-    "fchmodat",
-    "chmod",
-    "chown",
-    "lchown",
-    "symlinkat",
-    "symlink",
-    "linkat",
-    "link",
-    "rmdir",
-    "readlinkat",
-    "faccessat2",
-    "access",
-    "ftruncate",
-    "truncate",
-    "fgetxattr",
-    "flistxattr",
-    "fsetxattr",
-    "lgetxattr",
-    "llistxattr",
-    "lsetxattr",
-    "preadv",
-    "pwritev",
-    "readv",
-    "writev",
-    "sync_file_range",
-    "syncfs",
-    "sendfile",
-    "ioctl",
-    "fstatfs",
-    "statfs",
-    "mmap",
-    "munmap",
-    "madvise",
-    // Database and server loops (pgbench's postgres).
-    "epoll_wait",
-    "recvfrom",
-    "sendto",
-];
 
 /// Missing ones degrade a figure (requeue handling) but not the run.
 const OPTIONAL: &[&str] = &["block_rq_requeue"];
@@ -253,10 +183,6 @@ impl Probes {
             }
         };
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
-        let syscalls: Vec<u32> = DENSE_SYSCALLS
-            .iter()
-            .filter_map(|n| crate::syscall_table::number(n))
-            .collect();
         // Filtered: the named devices, each with a slot while they last; else the disks
         // present now get the slots and any other device is counted in the hashes.
         let slot_candidates = if opts.devices.is_empty() {
@@ -264,7 +190,12 @@ impl Probes {
         } else {
             opts.devices.clone()
         };
-        let dense = dense::plan(cpus, &syscalls, fs_events::PAIR_COUNT, &slot_candidates);
+        let dense = dense::plan(
+            cpus,
+            &dense::hot_syscalls(),
+            fs_events::PAIR_COUNT,
+            &slot_candidates,
+        );
         config.rows_off_cpu = dense.off_cpu;
         config.rows_fs_pairs = dense.fs_pairs;
         config.rows_block = dense.block;
