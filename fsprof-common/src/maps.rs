@@ -367,6 +367,33 @@ pub enum Counter {
 }
 pub const COUNTERS: u32 = 9;
 
+/// fsprof's eBPF programs, each counting its own runs (`PROGRAM_RUNS`, per-CPU array): the
+/// kernel's run statistics cost two clock reads a run, so they are on only part of the time
+/// and the counts come from here. Names equal the programs' function names.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "user",
+    derive(strum::IntoStaticStr, strum::VariantArray),
+    strum(serialize_all = "snake_case")
+)]
+pub enum Program {
+    SysEnter = 0,
+    SysExit = 1,
+    SchedSwitch = 2,
+    SchedWaking = 3,
+    SchedProcessFork = 4,
+    SchedProcessExec = 5,
+    BlockRqIssue = 6,
+    BlockRqComplete = 7,
+    BlockRqRequeue = 8,
+    FsEvent = 9,
+    OnCpuSample = 10,
+    FloorTp = 11,
+    FloorSample = 12,
+}
+pub const PROGRAMS: u32 = 13;
+
 /// Frames kept per kernel stack and per user stack. Filesystem paths from a syscall down to
 /// io_schedule are 20-50 frames deep; deeper stacks are cut at the root end.
 pub const KSTACK_DEPTH: usize = 64;
@@ -567,7 +594,8 @@ mod names {
         TimeClass = TIME_CLASSES,
         BlockClass = BLOCK_CLASSES,
         Lost = LOST_KINDS,
-        Counter = COUNTERS
+        Counter = COUNTERS,
+        Program = PROGRAMS
     );
 
     impl BlockClass {
@@ -595,6 +623,9 @@ mod names {
                 assert_eq!(*c as usize, i);
             }
             for (i, c) in Counter::ALL.iter().enumerate() {
+                assert_eq!(*c as usize, i);
+            }
+            for (i, c) in Program::ALL.iter().enumerate() {
                 assert_eq!(*c as usize, i);
             }
         }

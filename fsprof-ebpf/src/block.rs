@@ -11,10 +11,11 @@ use aya_ebpf::{
 };
 use fsprof_common::{
     BLOCK_CLASSES, BlockClass, BlockKey, BlockStats, HistKind, Lost, MAX_BLOCK_KEYS,
-    MAX_BLOCK_SLOTS, MAX_FILTER_DEVS, MAX_INFLIGHT_REQUESTS, NO_ROW, RequestTimes, block_row,
+    MAX_BLOCK_SLOTS, MAX_FILTER_DEVS, MAX_INFLIGHT_REQUESTS, NO_ROW, Program, RequestTimes,
+    block_row,
 };
 
-use crate::common::{btf_read, conf, entry_or_lost, hist_add_row, lost, now, row_at};
+use crate::common::{btf_read, conf, entry_or_lost, hist_add_row, lost, now, ran, row_at};
 
 #[map]
 static BLOCK: PerCpuHashMap<BlockKey, BlockStats> =
@@ -88,6 +89,7 @@ fn data_len(rq: *const u8) -> u32 {
 // needs to run, and no table entry to live, before the issue.
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::BlockRqIssue);
     let rq = ctx.arg::<*const u8>(0);
     let Some((dev, slot)) = watched_dev(rq) else {
         return 0;
@@ -122,6 +124,7 @@ pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
 // each part of a partially completed request.
 #[btf_tracepoint(function = "block_rq_complete")]
 pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::BlockRqComplete);
     let rq = ctx.arg::<*const u8>(0);
     let ts = now();
     let nr_bytes = ctx.arg::<u64>(2) & 0xffff_ffff;
@@ -159,6 +162,7 @@ pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
 // TP_PROTO(struct request *rq): it goes back to the queue and will be issued again.
 #[btf_tracepoint(function = "block_rq_requeue")]
 pub fn block_rq_requeue(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::BlockRqRequeue);
     let _ = REQUESTS.remove(ctx.arg::<u64>(0));
     0
 }

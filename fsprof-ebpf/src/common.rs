@@ -8,8 +8,8 @@ use aya_ebpf::{
 };
 use fsprof_common::{
     COUNTERS, Counter, DenseHist, FOLLOW_HINT_SHARED, FOLLOW_HINT_SLOTS, HistKey, HistKind,
-    LOST_KINDS, Lost, MAX_DENSE_ROWS, MAX_HIST_ENTRIES, MAX_TASKS, NO_ROW, OnCpuTask, ProbeConfig,
-    TaskState, follow_hint_join, follow_hint_slot,
+    LOST_KINDS, Lost, MAX_DENSE_ROWS, MAX_HIST_ENTRIES, MAX_TASKS, NO_ROW, OnCpuTask, PROGRAMS,
+    ProbeConfig, Program, TaskState, follow_hint_join, follow_hint_slot,
     hist::{BUCKETS, bucket_of},
 };
 
@@ -148,6 +148,16 @@ pub fn lost(kind: Lost) {
 #[inline(always)]
 pub fn count(counter: Counter) {
     bump(&EVENTS, counter as u32);
+}
+
+/// Runs per program: exact counts beside the kernel's run statistics, which are on only
+/// part of the time (see fsprof::probes::cost_windows).
+#[map]
+static PROGRAM_RUNS: PerCpuArray<u64> = PerCpuArray::with_max_entries(PROGRAMS, 0);
+
+#[inline(always)]
+pub fn ran(program: Program) {
+    bump(&PROGRAM_RUNS, program as u32);
 }
 
 /// Reads a `T` at `base + offset` in kernel memory; a failed read is counted.

@@ -14,10 +14,10 @@ use aya_ebpf::{
 };
 use fsprof_common::{
     FS_MAX_DEREF, FS_NO_ARG, FS_PAIR_SLOTS, FsEventCfg, HistKind, MAX_FS_DEVS, MAX_FS_EVENTS,
-    MAX_FS_PAIRS, PairKey, TimeStats,
+    MAX_FS_PAIRS, PairKey, Program, TimeStats,
 };
 
-use crate::common::{conf, current_tid, followed, hist_add_row, now, read_kernel, row_at};
+use crate::common::{conf, current_tid, followed, hist_add_row, now, ran, read_kernel, row_at};
 
 /// Event index (the cookie) → its config; filled by userspace.
 #[map]
@@ -120,6 +120,7 @@ fn watched(dev: u32) -> bool {
 
 #[raw_tracepoint]
 pub fn fs_event(ctx: RawTracePointContext) -> i32 {
+    ran(Program::FsEvent);
     let index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let Some(cfg) = FS_EVENT_CFG.get(index) else {
         return 0;

@@ -9,14 +9,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use fsprof_common::{
-    Counter, HistKind, Lost, TIME_CLASSES, TaskState, TimeClass, TimeStats,
+    Counter, HistKind, Lost, Program, TIME_CLASSES, TaskState, TimeClass, TimeStats,
     config::{TASK_DEAD, TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE},
 };
 
 use crate::{
     common::{
         btf_task_tid, conf, count, current_tgid, current_tid, follow, followed, hist_add_row, lost,
-        now, on_cpu, read_kernel, row_at, task_tid, unfollow,
+        now, on_cpu, ran, read_kernel, row_at, task_tid, unfollow,
     },
     offcpu,
     stacks::{SLOT_SCHED, capture, capture_user, capture_waker},
@@ -77,6 +77,7 @@ fn off_class(preempt: bool, state: u32, prev: u64) -> TimeClass {
 // bpf_get_task_stack, which unwinds the stack a thread slept in when it switches back in.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::SchedSwitch);
     // The tracepoint runs before the switch: current is still `prev`. The clock is read
     // only when a followed thread is involved: most switches are not theirs.
     let prev_tid = btf_task_tid(ctx.arg::<*const u8>(1));
@@ -193,6 +194,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 // is unwound only for a blocked phase that gets a stack.
 #[btf_tracepoint(function = "sched_waking")]
 pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::SchedWaking);
     if let Some(t) = followed(btf_task_tid(ctx.arg::<*const u8>(0))) {
         let ts = now();
         unsafe {
@@ -223,6 +225,7 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
 // and threads alike, in the parent's context.
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
+    ran(Program::SchedProcessFork);
     let Some(parent) = followed(current_tid()) else {
         return 0;
     };

@@ -13,11 +13,12 @@ use aya_ebpf::{
     programs::PerfEventContext,
 };
 use fsprof_common::{
-    Counter, MAX_STACK_WEIGHTS, MAX_STACKS, MAX_WAKE_WEIGHTS, PF_KTHREAD, STACK_CLASS_BACKGROUND,
-    StackKey, TimeClass, UserBuildIds, UserLeafKey, UserStackKey, WakeKey, Weight, WeightKey,
+    Counter, MAX_STACK_WEIGHTS, MAX_STACKS, MAX_WAKE_WEIGHTS, PF_KTHREAD, Program,
+    STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserBuildIds, UserLeafKey, UserStackKey, WakeKey,
+    Weight, WeightKey,
 };
 
-use crate::common::{conf, count, current_tgid, current_tid, entry, followed, read_kernel};
+use crate::common::{conf, count, current_tgid, current_tid, entry, followed, ran, read_kernel};
 
 /// Whole stack (kernel frames + user stack id) → id (0 means "no stack").
 #[map]
@@ -268,6 +269,7 @@ pub fn add_wake(waker: u32, blocked: u32, class: u32, ns: u64, n: u32) {
 /// in userspace).
 #[perf_event]
 pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
+    ran(Program::OnCpuSample);
     let tid = current_tid();
     if tid == 0 {
         return 0; // idle

@@ -9,10 +9,10 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray},
     programs::RawTracePointContext,
 };
-use fsprof_common::{HistKind, Lost, MAX_SYSCALLS, NO_ROW, SyscallStats};
+use fsprof_common::{HistKind, Lost, MAX_SYSCALLS, NO_ROW, Program, SyscallStats};
 
 use crate::{
-    common::{current_tgid, current_tid, followed, hist_add_row, lost, now, on_cpu},
+    common::{current_tgid, current_tid, followed, hist_add_row, lost, now, on_cpu, ran},
     offcpu,
     stacks::{SLOT_SYSCALL, capture_user},
 };
@@ -37,6 +37,7 @@ fn add_latency(nr: u32, latency: u64) {
 // TP_PROTO(struct pt_regs *regs, long id)
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
+    ran(Program::SysEnter);
     let Some(c) = on_cpu() else {
         return 0;
     };
@@ -76,6 +77,7 @@ fn complete_user(ctx: &RawTracePointContext, tid: u32, cached: u32) {
 // TP_PROTO(struct pt_regs *regs, long ret)
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
+    ran(Program::SysExit);
     let Some(c) = on_cpu() else {
         return 0;
     };
@@ -123,6 +125,7 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
 // child became the target command; from here on its syscalls count.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
+    ran(Program::SchedProcessExec);
     let tid = current_tid();
     if let Some(t) = followed(tid) {
         unsafe { (*t).armed = 1 };

@@ -28,6 +28,8 @@ enum Mode {
     Untraced,
     Floor,
     Default,
+    /// The default with the kernel timing fsprof's programs throughout, not 10 % of the time.
+    TimedAll,
     EveryWait,
     NoStacks,
     NoFsEvents,
@@ -35,10 +37,11 @@ enum Mode {
     Bpftrace,
 }
 
-const MODES: [Mode; 8] = [
+const MODES: [Mode; 9] = [
     Mode::Untraced,
     Mode::Floor,
     Mode::Default,
+    Mode::TimedAll,
     Mode::EveryWait,
     Mode::NoStacks,
     Mode::NoFsEvents,
@@ -52,6 +55,7 @@ impl Mode {
             Mode::Untraced => "untraced",
             Mode::Floor => "floor",
             Mode::Default => "default",
+            Mode::TimedAll => "timed-all",
             Mode::EveryWait => "all-waits",
             Mode::NoStacks => "no-stacks",
             Mode::NoFsEvents => "no-fs-ev",
@@ -65,6 +69,7 @@ impl Mode {
             Mode::Untraced | Mode::Bpftrace => None,
             Mode::Floor => Some(&["--floor"]),
             Mode::Default => Some(&[]),
+            Mode::TimedAll => Some(&["--probe-cost-sampling", "100"]),
             Mode::EveryWait => Some(&["--off-cpu-period", "0"]),
             Mode::NoStacks => Some(&["--no-stacks"]),
             Mode::NoFsEvents => Some(&["--no-fs-events"]),
@@ -444,8 +449,8 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
     println!(
         "  ratio = median over rounds of traced / untraced *of the same round* (modes alternate \
          within a round, so slow phases of the machine cancel), [90 % bootstrap interval]; \
-         probes = fsprof's BPF run time measured by the kernel, as a share of the untraced \
-         median wall"
+         probes = fsprof's BPF run time (runs counted by its programs × mean run time the \
+         kernel measured in 20 ms of every 200), as a share of the untraced median wall"
     );
     let mut header = format!("{:<6} {:<5} {:<6}", "work", "fs", "");
     for &m in &sel {

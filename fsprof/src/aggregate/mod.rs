@@ -376,7 +376,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
     profile.tasks_exited = counter(Counter::TasksExited)?;
     profile.syscalls_unfinished = counter(Counter::SyscallsUnfinished)?;
     profile.fs_events = fs_events::collect(probes, &hists)?;
-    profile.probe_cost = probe_cost::collect(probes);
+    profile.probe_cost = probe_cost::collect(probes)?;
     if let Some(f) = &mut profile.fs_events {
         f.lost_nested = fs_misses;
     }

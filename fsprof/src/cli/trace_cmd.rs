@@ -12,7 +12,7 @@ use clap::Args;
 use super::args::{LabArgs, StackArgs, parse_fs};
 use crate::{
     lab::{self, FsKind},
-    probes::ProbeOptions,
+    probes::{CostSampling, ProbeOptions},
     report,
     trace::{self, TraceOptions, TraceResult},
 };
@@ -49,6 +49,11 @@ pub struct TraceArgs {
     /// on these hooks costs); the report is then empty.
     #[arg(long, hide = true)]
     floor: bool,
+    /// Percent of the time the kernel times fsprof's programs (1–100). Timing costs two
+    /// clock reads per program run (~70 ns), so by default it is on 20 ms of every 200
+    /// and run times are estimated from then; 100 measures exactly and pays it throughout.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(1..=100))]
+    probe_cost_sampling: u8,
     /// Drop the page cache before starting.
     #[arg(long)]
     drop_caches: bool,
@@ -80,6 +85,7 @@ pub fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
         probes: ProbeOptions {
             stacks: a.stacks.options(),
             floor: a.floor,
+            cost_sampling: CostSampling(a.probe_cost_sampling),
             fs_events: match a.fs {
                 Some(_) => None, // the lab's, set by on_lab
                 None => trace::fs_events_outside_lab(

@@ -1,6 +1,7 @@
 //! Loading and attaching the eBPF programs, and telling them whom to follow.
 
 pub mod btf;
+pub mod cost_windows;
 pub mod dense;
 pub mod fs_events;
 pub mod offsets;
@@ -21,8 +22,10 @@ use aya::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
+use cost_windows::CostWindows;
 use fsprof_common::{TaskState, TimeClass};
 
+pub use cost_windows::CostSampling;
 pub use fs_events::FsTarget;
 
 /// The eBPF object built by build.rs from the fsprof-ebpf crate.
@@ -77,6 +80,8 @@ pub struct ProbeOptions {
     /// Attach programs that do nothing to the same hooks instead: the floor any tracer
     /// on these hooks pays (for benchmarks; the profile stays empty).
     pub floor: bool,
+    /// How much of the time the kernel measures the programs' run time.
+    pub cost_sampling: CostSampling,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -130,13 +135,31 @@ pub struct Probes {
     pub fs_dev: Option<u32>,
     /// Optional parts that could not be set up (stacks, fs events), one line each.
     pub warnings: Vec<String>,
-    /// Keeps the kernel's BPF run-time statistics on while fsprof runs (BPF_ENABLE_STATS:
-    /// they end when this closes; the sysctl is never touched). None: not available.
-    stats: Option<OwnedFd>,
+    /// Turns the kernel's BPF run-time statistics on and off while fsprof runs (the sysctl
+    /// is never touched). None: not available.
+    cost: Option<CostWindows>,
     /// With `floor`: the do-nothing programs' links.
     floor_links: Vec<OwnedFd>,
     /// What the dense histogram rows and block slots hold.
     pub dense: dense::DenseLayout,
+}
+
+/// After attaching: each program's runs from its first are counted by the program itself,
+/// so the windows need not start before.
+fn start_cost_windows(
+    ebpf: &Ebpf,
+    sampling: CostSampling,
+    warnings: &mut Vec<String>,
+) -> Option<CostWindows> {
+    let ids = ebpf
+        .programs()
+        .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))
+        .collect();
+    let (sampling, why) = sampling.on_this_machine();
+    warnings.extend(why.map(String::from));
+    CostWindows::start(ids, sampling)
+        .map_err(|e| warnings.push(format!("fsprof's own cost is not measured: {e:#}")))
+        .ok()
 }
 
 /// Refuses early, with one line each, what would otherwise fail deep inside the loader.
@@ -174,14 +197,6 @@ impl Probes {
             config.fs_learn = t.learn.into();
         }
         let mut warnings = Vec::new();
-        // Before loading: the cost of every program from its first run.
-        let stats = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
-            Ok(fd) => Some(fd),
-            Err(e) => {
-                warnings.push(format!("fsprof's own cost is not measured: {e}"));
-                None
-            }
-        };
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
         // Filtered: the named devices, each with a slot while they last; else the disks
         // present now get the slots and any other device is counted in the hashes.
@@ -234,6 +249,7 @@ impl Probes {
         let mut missing = Vec::new();
         if opts.floor {
             let floor_links = attach_floor(&mut ebpf, opts, period, &mut attached, &mut warnings)?;
+            let cost = start_cost_windows(&ebpf, opts.cost_sampling, &mut warnings);
             return Ok(Probes {
                 ebpf,
                 attached,
@@ -243,7 +259,7 @@ impl Probes {
                 fs_events: None,
                 fs_dev,
                 warnings,
-                stats,
+                cost,
                 floor_links,
                 dense,
             });
@@ -276,6 +292,7 @@ impl Probes {
             },
             None => None,
         };
+        let cost = start_cost_windows(&ebpf, opts.cost_sampling, &mut warnings);
         Ok(Probes {
             ebpf,
             attached,
@@ -285,15 +302,16 @@ impl Probes {
             fs_events,
             fs_dev,
             warnings,
-            stats,
+            cost,
             floor_links: Vec::new(),
             dense,
         })
     }
 
-    /// Whether the kernel is keeping run-time statistics of fsprof's programs.
-    pub fn cost_measured(&self) -> bool {
-        self.stats.is_some()
+    /// The kernel's run-time statistics of fsprof's programs so far; ends the measuring.
+    /// None: the kernel keeps none for us.
+    pub fn finish_cost_windows(&self) -> Option<cost_windows::WindowTotals> {
+        self.cost.as_ref().map(CostWindows::finish)
     }
 
     /// One line naming the hook set, printed at start, and a warning per missing hook.

@@ -35,6 +35,7 @@ fn main() {
         root overhead::probe_cost_is_reported_and_below_the_targets_sys_time,
         root overhead::curated_events_count_as_the_census_does,
         root overhead::fs_events_follow_the_target_not_its_cwd,
+        root overhead::own_run_counts_agree_with_the_kernels,
         root overhead::bpf_stats_end_with_fsprof_also_after_sigterm,
         root reports::html_report_renders_in_chromium,
         root reports::compare_flags_nothing_against_itself_and_an_injected_slowdown,
