@@ -34,45 +34,51 @@ pub const MAX_BLOCK_KEYS: u32 = 1024;
 /// Devices in the block filter (and with slots).
 pub const MAX_FILTER_DEVS: u32 = 64;
 
-/// Where a target thread's time goes, in the scheduler's terms.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "user",
-    derive(strum::IntoStaticStr, strum::VariantArray),
-    strum(serialize_all = "snake_case")
-)]
-pub enum TimeClass {
-    /// Running on a CPU.
-    OnCpu = 0,
-    /// Blocked uninterruptibly with `in_iowait` set (io_schedule): waiting for I/O.
-    IoWait = 1,
-    /// Blocked uninterruptibly without `in_iowait`: locks, page faults, other D-state waits.
-    Uninterruptible = 2,
-    /// Interruptible sleep: waiting for a child, a pipe, a timer, a futex.
-    Sleep = 3,
-    /// Runnable but not running: preempted, or woken and waiting for a CPU.
-    RunQueue = 4,
-    /// Stopped, traced or any state the above do not cover.
-    Other = 5,
+/// A `#[repr(u32)]` enum the kernel side indexes arrays by; with the `user` feature also
+/// its snake_case names and variant list (see `names`).
+macro_rules! indexed_enum {
+    ($(#[$m:meta])* pub enum $name:ident { $($body:tt)* }) => {
+        $(#[$m])*
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[cfg_attr(
+            feature = "user",
+            derive(strum::IntoStaticStr, strum::VariantArray),
+            strum(serialize_all = "snake_case")
+        )]
+        pub enum $name { $($body)* }
+    };
+}
+
+indexed_enum! {
+    /// Where a target thread's time goes, in the scheduler's terms.
+    pub enum TimeClass {
+        /// Running on a CPU.
+        OnCpu = 0,
+        /// Blocked uninterruptibly with `in_iowait` set (io_schedule): waiting for I/O.
+        IoWait = 1,
+        /// Blocked uninterruptibly without `in_iowait`: locks, page faults, other D-state waits.
+        Uninterruptible = 2,
+        /// Interruptible sleep: waiting for a child, a pipe, a timer, a futex.
+        Sleep = 3,
+        /// Runnable but not running: preempted, or woken and waiting for a CPU.
+        RunQueue = 4,
+        /// Stopped, traced or any state the above do not cover.
+        Other = 5,
+    }
 }
 pub const TIME_CLASSES: u32 = 6;
 
-/// Block request classes, following the kernel's own I/O accounting (`op_stat_group`):
-/// WRITE_ZEROES counts as a write, as it does in /sys/block/*/stat.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "user",
-    derive(strum::IntoStaticStr, strum::VariantArray),
-    strum(serialize_all = "snake_case")
-)]
-pub enum BlockClass {
-    Read = 0,
-    Write = 1,
-    Flush = 2,
-    Discard = 3,
-    Other = 4,
+indexed_enum! {
+    /// Block request classes, following the kernel's own I/O accounting (`op_stat_group`):
+    /// WRITE_ZEROES counts as a write, as it does in /sys/block/*/stat.
+    pub enum BlockClass {
+        Read = 0,
+        Write = 1,
+        Flush = 2,
+        Discard = 3,
+        Other = 4,
+    }
 }
 pub const BLOCK_CLASSES: u32 = 5;
 
@@ -310,87 +316,72 @@ pub struct RequestTimes {
     pub _pad: u32,
 }
 
-/// Counters of things that went wrong or were dropped; every report shows non-zero ones.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "user",
-    derive(strum::IntoStaticStr, strum::VariantArray),
-    strum(serialize_all = "snake_case")
-)]
-pub enum Lost {
-    /// A new thread could not be followed: task table full.
-    TaskTableFull = 0,
-    /// A histogram bucket could not be created: histogram map full.
-    #[cfg_attr(feature = "user", strum(serialize = "histogram_full"))]
-    HistFull = 1,
-    /// A block (device, class) slot could not be created.
-    BlockKeysFull = 2,
-    /// A block request start could not be stored.
-    RequestTableFull = 3,
-    /// A kernel memory read failed (the offsets or the object were bad).
-    #[cfg_attr(feature = "user", strum(serialize = "kernel_read_failed"))]
-    ReadFailed = 4,
-    /// A syscall number beyond MAX_SYSCALLS.
-    SyscallOutOfRange = 5,
+indexed_enum! {
+    /// Counters of things that went wrong or were dropped; every report shows non-zero ones.
+    pub enum Lost {
+        /// A new thread could not be followed: task table full.
+        TaskTableFull = 0,
+        /// A histogram bucket could not be created: histogram map full.
+        #[cfg_attr(feature = "user", strum(serialize = "histogram_full"))]
+        HistFull = 1,
+        /// A block (device, class) slot could not be created.
+        BlockKeysFull = 2,
+        /// A block request start could not be stored.
+        RequestTableFull = 3,
+        /// A kernel memory read failed (the offsets or the object were bad).
+        #[cfg_attr(feature = "user", strum(serialize = "kernel_read_failed"))]
+        ReadFailed = 4,
+        /// A syscall number beyond MAX_SYSCALLS.
+        SyscallOutOfRange = 5,
+    }
 }
 pub const LOST_KINDS: u32 = 6;
 
-/// Plain event counters (not losses), per-CPU array.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "user",
-    derive(strum::IntoStaticStr, strum::VariantArray),
-    strum(serialize_all = "snake_case")
-)]
-pub enum Counter {
-    /// Threads and processes that joined the target through fork/clone.
-    TasksForked = 0,
-    /// Followed threads that exited.
-    TasksExited = 1,
-    /// Syscalls that never returned (exit, exit_group, or still running at exit).
-    SyscallsUnfinished = 2,
-    /// Stack captures whose kernel part failed (time goes to an "unavailable" stack).
-    KernelStackFailed = 3,
-    /// Stack captures whose user part failed or found USER_STACK_IDS full (the kernel part
-    /// is kept).
-    UserStackFailed = 4,
-    /// New stacks that found STACK_IDS full (time goes to the "unavailable" stack).
-    StackTableFull = 5,
-    /// New user stacks whose build-id frames could not be stored (symbolized by address).
-    BuildIdTableFull = 6,
-    /// (stack, class) weights that could not be created: that time is missing from stacks.
-    StackWeightsFull = 7,
-    /// Wake edges that could not be created: that blocked time has no waker.
-    WakeWeightsFull = 8,
+indexed_enum! {
+    /// Plain event counters (not losses), per-CPU array.
+    pub enum Counter {
+        /// Threads and processes that joined the target through fork/clone.
+        TasksForked = 0,
+        /// Followed threads that exited.
+        TasksExited = 1,
+        /// Syscalls that never returned (exit, exit_group, or still running at exit).
+        SyscallsUnfinished = 2,
+        /// Stack captures whose kernel part failed (time goes to an "unavailable" stack).
+        KernelStackFailed = 3,
+        /// Stack captures whose user part failed or found USER_STACK_IDS full (the kernel part
+        /// is kept).
+        UserStackFailed = 4,
+        /// New stacks that found STACK_IDS full (time goes to the "unavailable" stack).
+        StackTableFull = 5,
+        /// New user stacks whose build-id frames could not be stored (symbolized by address).
+        BuildIdTableFull = 6,
+        /// (stack, class) weights that could not be created: that time is missing from stacks.
+        StackWeightsFull = 7,
+        /// Wake edges that could not be created: that blocked time has no waker.
+        WakeWeightsFull = 8,
+    }
 }
 pub const COUNTERS: u32 = 9;
 
-/// fsprof's eBPF programs, each counting its own runs (`PROGRAM_RUNS`, per-CPU array): the
-/// kernel's run statistics cost two clock reads a run, so they are on only part of the time
-/// and the counts come from here. Names equal the programs' function names.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "user",
-    derive(strum::IntoStaticStr, strum::VariantArray),
-    strum(serialize_all = "snake_case")
-)]
-pub enum Program {
-    SysEnter = 0,
-    SysExit = 1,
-    SchedSwitch = 2,
-    SchedWaking = 3,
-    SchedProcessFork = 4,
-    SchedProcessExec = 5,
-    BlockRqIssue = 6,
-    BlockRqComplete = 7,
-    BlockRqRequeue = 8,
-    FsEvent = 9,
-    OnCpuSample = 10,
-    FloorTp = 11,
-    FloorSample = 12,
+indexed_enum! {
+    /// fsprof's eBPF programs, each counting its own runs (`PROGRAM_RUNS`, per-CPU array): the
+    /// kernel's run statistics cost two clock reads a run, so they are on only part of the time
+    /// and the counts come from here. Names equal the programs' function names.
+    pub enum Program {
+        SysEnter = 0,
+        SysExit = 1,
+        SchedSwitch = 2,
+        SchedWaking = 3,
+        SchedProcessFork = 4,
+        SchedProcessExec = 5,
+        BlockRqIssue = 6,
+        BlockRqComplete = 7,
+        BlockRqRequeue = 8,
+        FsEvent = 9,
+        OnCpuSample = 10,
+        FloorTp = 11,
+        FloorSample = 12,
+    }
 }
 pub const PROGRAMS: u32 = 13;
 

@@ -1,6 +1,7 @@
-//! Programs that do nothing, attached to the same hooks as the real ones by `--floor`:
-//! what any BPF program on those hooks costs (the tracepoints' enabled branches, the
-//! syscall slow path, the dispatch), measured beside fsprof's own cost.
+//! Programs that do nothing but count their runs (as every fsprof program does), attached
+//! to the same hooks as the real ones by `--floor`: what any BPF program on those hooks
+//! costs (the tracepoints' enabled branches, the syscall slow path, the dispatch), measured
+//! beside fsprof's own cost.
 
 use aya_ebpf::{
     macros::{perf_event, raw_tracepoint},

@@ -45,11 +45,9 @@ impl CostSampling {
         (self, None)
     }
 
-    fn window(self) -> Duration {
-        match self.0 {
-            100.. => Duration::from_secs(365 * 86400), // one window, until finish
-            p => CYCLE * u32::from(p.max(1)) / 100,
-        }
+    /// How long each window lasts; None: one window, until finish.
+    fn window(self) -> Option<Duration> {
+        (self.0 < 100).then(|| CYCLE * u32::from(self.0.max(1)) / 100)
     }
 }
 
@@ -74,10 +72,18 @@ struct Shared {
 }
 
 impl Shared {
-    /// Sleeps up to `d`; true when asked to stop.
-    fn wait(&self, d: Duration) -> bool {
+    /// Sleeps up to `d` (None: until asked); true when asked to stop.
+    fn wait(&self, d: Option<Duration>) -> bool {
         let guard = self.state.lock().unwrap();
-        let (guard, _) = self.wake.wait_timeout_while(guard, d, |s| !s.stop).unwrap();
+        let guard = match d {
+            Some(d) => {
+                self.wake
+                    .wait_timeout_while(guard, d, |s| !s.stop)
+                    .unwrap()
+                    .0
+            }
+            None => self.wake.wait_while(guard, |s| !s.stop).unwrap(),
+        };
         guard.stop
     }
 }
@@ -173,7 +179,8 @@ fn run(shared: &Shared, ids: &[u32], sampling: CostSampling, first: OwnedFd) {
         if stop {
             return;
         }
-        if shared.wait(CYCLE.saturating_sub(sampling.window())) {
+        let off = CYCLE.saturating_sub(sampling.window().unwrap_or(CYCLE));
+        if shared.wait(Some(off)) {
             shared.state.lock().unwrap().totals.elapsed = started.elapsed();
             return;
         }
@@ -199,9 +206,12 @@ mod tests {
 
     #[test]
     fn window_is_the_share_of_a_cycle() {
-        assert_eq!(CostSampling::default().window(), Duration::from_millis(20));
-        assert!(CostSampling(100).window() > Duration::from_secs(86400));
-        assert_eq!(CostSampling(50).window(), CYCLE / 2);
-        assert_eq!(CostSampling(0).window(), Duration::from_millis(2));
+        assert_eq!(
+            CostSampling::default().window(),
+            Some(Duration::from_millis(20))
+        );
+        assert_eq!(CostSampling(100).window(), None);
+        assert_eq!(CostSampling(50).window(), Some(CYCLE / 2));
+        assert_eq!(CostSampling(0).window(), Some(Duration::from_millis(2)));
     }
 }
