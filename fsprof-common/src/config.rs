@@ -50,12 +50,16 @@ pub struct ProbeConfig {
     pub rows_off_cpu: u32,
     pub rows_fs_pairs: u32,
     pub rows_block: u32,
-    pub _pad2: u32,
+    /// offsetof(struct request, tag), (struct request, mq_hctx), (struct blk_mq_hw_ctx,
+    /// queue_num): where a request in flight sits in INFLIGHT (see `inflight_index`).
+    pub request_tag: u32,
+    pub request_mq_hctx: u32,
+    pub hctx_queue_num: u32,
 }
 
 // Passed to the kernel as plain bytes (aya::Pod): no implicit padding anywhere.
 const _: () =
-    assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4 + 8 + 2 * 4 + 4 * 4);
+    assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4 + 8 + 2 * 4 + 6 * 4);
 
 // Task state bits (include/linux/sched.h); #defines, so not in BTF, and stable for decades.
 pub const TASK_INTERRUPTIBLE: u32 = 0x1;

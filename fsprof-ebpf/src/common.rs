@@ -39,7 +39,9 @@ pub static CONFIG: ProbeConfig = ProbeConfig {
     rows_off_cpu: 0,
     rows_fs_pairs: 0,
     rows_block: 0,
-    _pad2: 0,
+    request_tag: 0,
+    request_mq_hctx: 0,
+    hctx_queue_num: 0,
 };
 
 /// Threads being followed: the target and everything it forks.
