@@ -148,7 +148,9 @@ pub fn fs_events_outside_lab(
 
 /// Existing paths a command line names: each argument, and each word of an argument that
 /// holds several (a shell script), that contains a `/` or starts with `.`, relative ones
-/// taken from `cwd`; the program is skipped.
+/// taken from `cwd`. Programs are skipped: the command's own, and those it runs through a
+/// wrapper (`time`, `taskset`, `sh -c`), which live on the root filesystem, not the one
+/// under test — watching it also counts what a loop device does on its backing file there.
 fn named_paths(command: &[String], cwd: &Path) -> Vec<PathBuf> {
     command
         .iter()
@@ -159,7 +161,13 @@ fn named_paths(command: &[String], cwd: &Path) -> Vec<PathBuf> {
         // in the cwd is not the target's filesystem (the cwd fallback covers bare names).
         .filter(|w| !w.starts_with('-') && (w.contains('/') || w.starts_with('.')))
         .filter_map(|w| cwd.join(w).canonicalize().ok())
+        .filter(|p| !is_program(p))
         .collect()
+}
+
+fn is_program(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Filesystem types whose tracepoints fsprof knows (see `probes::fs_events::subsystems_for`).
