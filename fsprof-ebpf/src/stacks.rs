@@ -29,10 +29,12 @@ static STACK_IDS: HashMap<StackKey, u32> = HashMap::with_max_entries(MAX_STACKS,
 static USER_STACK_IDS: HashMap<UserStackKey, u32> = HashMap::with_max_entries(MAX_STACKS, 0);
 
 /// User stack id → its frames as (build id, file offset), captured for the first user stack
-/// through each (process, leaf address): a capture costs ~16 µs, and a program built
+/// whose leaf is in a (process, code page): a capture costs ~16 µs, and a program built
 /// without frame pointers makes a new "user stack" (garbage past the leaf) at nearly every
-/// syscall that blocks (3,300 captures, 56 ms, in an xfs tree delete). Userspace places the
-/// other stacks' frames by the mappings these captures reveal.
+/// syscall that blocks (3,300 captures, 56 ms, in an xfs tree delete), and a sample in user
+/// code a new leaf address at nearly every sample. Userspace places the other stacks' frames
+/// by the mappings these captures reveal; a page lies in one mapping, so each leaf's file
+/// is still learned.
 #[map]
 static USER_BUILD_IDS: HashMap<u32, UserBuildIds> = HashMap::with_max_entries(MAX_STACKS, 0);
 
@@ -75,6 +77,7 @@ static USER_KEY_SCRATCH: PerCpuArray<UserStackKey> = PerCpuArray::with_max_entri
 
 const KSTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::KSTACK_DEPTH]>() as u32;
 const USTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::USTACK_DEPTH]>() as u32;
+const PAGE_SIZE: u64 = 4096;
 const BUILD_ID_BYTES: u32 = core::mem::size_of::<UserBuildIds>() as u32;
 
 #[inline(always)]
@@ -142,7 +145,7 @@ pub fn capture_user(ctx: *mut core::ffi::c_void, slot: u32, tgid: u32) -> u32 {
     let leaf = UserLeafKey {
         tgid,
         _pad: 0,
-        ip: ukey.user[0],
+        ip: ukey.user[0] & !(PAGE_SIZE - 1),
     };
     if made
         && USER_LEAVES.insert(&leaf, &0, BPF_NOEXIST as u64).is_ok()

@@ -1,6 +1,6 @@
 //! Where each process's code was mapped, learned from the user frames the kernel resolved to
-//! (build id, file offset). The kernel resolves only the first user stack through each leaf
-//! address (see USER_BUILD_IDS in fsprof-ebpf); the frames of every other stack are placed
+//! (build id, file offset). The kernel resolves only the first user stack whose leaf is in
+//! each code page (see USER_BUILD_IDS in fsprof-ebpf); the frames of every other stack are placed
 //! here, as a /proc/PID/maps lookup would, after the process is gone.
 
 use std::collections::HashMap;

@@ -95,10 +95,10 @@ pub struct StackOptions {
     pub off_cpu_period_ns: u64,
 }
 
-/// perf's default is 4000 Hz, bcc's profile 49 Hz, flame graph recipes use 99. Each sample
-/// costs ~8 µs of kernel unwinding (64 frames from the timer interrupt) plus the user
-/// stack: 999 Hz cost 2.2 % of an ext4 tree delete's wall, 199 Hz costs ~0.5 % and still
-/// gives 5 ms resolution per CPU; off-CPU stacks do not depend on it.
+/// perf's default is 4000 Hz, bcc's profile 49 Hz, flame graph recipes use 99. A sample
+/// costs 4–60 µs, mostly cache misses of the unwinder, and more the longer since the last
+/// (docs/design.md), so a lower rate saves less than it seems: 999 Hz cost 2.2 % of an ext4
+/// tree delete's wall, 199 Hz costs ~0.5–2 % and gives 5 ms resolution per CPU.
 pub const DEFAULT_SAMPLE_HZ: u32 = 199;
 
 /// The default off-CPU stack period: the on-CPU sample period, so a combined on/off-CPU
