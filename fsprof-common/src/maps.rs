@@ -528,9 +528,9 @@ pub const FS_NO_ARG: u32 = u32::MAX;
 /// logging phase).
 pub const FS_PAIR_SLOTS: usize = 2;
 
-/// How to count one fs tracepoint. The device is found from argument `dev_arg` (a kernel
-/// pointer) by following `nderef` pointers at `derefs` and reading a u32 dev_t at `dev_off`
-/// (e.g. inode → i_sb → s_dev); offsets come from BTF.
+/// How to count one fs tracepoint. The device is argument `dev_arg` itself (`dev_is_arg`)
+/// or found from it (a kernel pointer) by following `nderef` pointers at `derefs` and
+/// reading a u32 dev_t at `dev_off` (e.g. inode → i_sb → s_dev); offsets come from BTF.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FsEventCfg {
@@ -544,7 +544,8 @@ pub struct FsEventCfg {
     /// 1-based pair ids this event begins / ends; 0: unused slot.
     pub begins: [u32; FS_PAIR_SLOTS],
     pub ends: [u32; FS_PAIR_SLOTS],
-    pub _pad: u32,
+    /// Non-zero: argument `dev_arg` is the dev_t itself (no hops, no read).
+    pub dev_is_arg: u32,
 }
 
 /// A begun, not yet ended pair instance.

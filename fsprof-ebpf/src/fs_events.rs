@@ -61,6 +61,9 @@ fn arg(ctx: &RawTracePointContext, i: u32) -> Option<u64> {
 #[inline(always)]
 fn event_dev(ctx: &RawTracePointContext, cfg: &FsEventCfg) -> Option<u32> {
     let mut p = arg(ctx, cfg.dev_arg)?;
+    if cfg.dev_is_arg != 0 {
+        return Some(p as u32);
+    }
     for i in 0..FS_MAX_DEREF {
         if (i as u32) < cfg.nderef {
             p = read_kernel::<u64>(p, cfg.derefs[i])?;

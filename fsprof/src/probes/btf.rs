@@ -90,14 +90,22 @@ pub fn field(btf: &Btf, strukt: &str, field: &str) -> Result<Field> {
 
 /// Name of the struct a pointer type points to (`struct inode *` → "inode").
 pub fn pointee_struct(btf: &Btf, t: &Type) -> Option<String> {
-    let Type::Ptr(p) = t else { return None };
-    match strip(btf, btf.resolve_chained_type(p).ok()?)? {
+    let Type::Ptr(p) = strip(btf, t.clone())? else {
+        return None;
+    };
+    match strip(btf, btf.resolve_chained_type(&p).ok()?)? {
         Type::Struct(s) => btf.resolve_name(&s).ok().filter(|n| !n.is_empty()),
         _ => None,
     }
 }
 
-/// The argument types of raw tracepoint `name` (without the leading `void *__data`).
+/// Whether `t` is the typedef `name` (e.g. `dev_t`: a value, not a pointer to follow).
+pub fn is_typedef(btf: &Btf, t: &Type, name: &str) -> bool {
+    matches!(t, Type::Typedef(td) if btf.resolve_name(td).is_ok_and(|n| n == name))
+}
+
+/// The argument types of raw tracepoint `name` (without the leading `void *__data`), as
+/// declared: typedefs are kept (see `strip`).
 pub fn tracepoint_args(btf: &Btf, name: &str) -> Option<Vec<Type>> {
     let t = btf
         .resolve_types_by_name(&format!("btf_trace_{name}"))
@@ -115,12 +123,7 @@ pub fn tracepoint_args(btf: &Btf, name: &str) -> Option<Vec<Type>> {
         fp.parameters
             .iter()
             .skip(1)
-            .map(|param| {
-                btf.resolve_chained_type(param)
-                    .ok()
-                    .and_then(|t| strip(btf, t))
-                    .unwrap_or(Type::Void)
-            })
+            .map(|param| btf.resolve_chained_type(param).unwrap_or(Type::Void))
             .collect(),
     )
 }

@@ -264,13 +264,24 @@ impl FsEventsAttached {
 }
 
 /// The device filter of one event: first argument with a path to a dev_t.
-fn device_of(btf: &Btf, e: &Event) -> Option<(u32, Vec<u32>, u32)> {
+fn device_of(btf: &Btf, e: &Event) -> Option<(u32, DevArg)> {
     let args = btf::tracepoint_args(btf, &e.name)?;
     args.iter().enumerate().take(6).find_map(|(i, t)| {
+        if btf::is_typedef(btf, t, "dev_t") {
+            return Some((i as u32, DevArg::Value));
+        }
         let s = btf::pointee_struct(btf, t)?;
         let (derefs, dev) = dev_path(btf, &s, 0)?;
-        Some((i as u32, derefs, dev))
+        Some((i as u32, DevArg::Path { derefs, dev }))
     })
+}
+
+/// How an event's argument gives its filesystem's dev_t.
+enum DevArg {
+    /// It is one (jbd2's statistics events carry the journal's device).
+    Value,
+    /// Through pointer hops to a dev_t member (see `dev_path`).
+    Path { derefs: Vec<u32>, dev: u32 },
 }
 
 /// The subsystems (those this kernel has) and events `target` selects.
@@ -361,11 +372,18 @@ pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
             key_arg: FS_NO_ARG,
             ..Default::default()
         };
-        if let Some((arg, derefs, dev)) = device_of(btf, e) {
-            cfg.dev_arg = arg;
-            cfg.nderef = derefs.len() as u32;
-            cfg.derefs[..derefs.len()].copy_from_slice(&derefs);
-            cfg.dev_off = dev;
+        match device_of(btf, e) {
+            Some((arg, DevArg::Value)) => {
+                cfg.dev_arg = arg;
+                cfg.dev_is_arg = 1;
+            }
+            Some((arg, DevArg::Path { derefs, dev })) => {
+                cfg.dev_arg = arg;
+                cfg.nderef = derefs.len() as u32;
+                cfg.derefs[..derefs.len()].copy_from_slice(&derefs);
+                cfg.dev_off = dev;
+            }
+            None => {}
         }
         if std::env::var_os("FSPROF_DEBUG_EVENTS").is_some() {
             eprintln!("{} {:?}", e.full_name(), cfg);

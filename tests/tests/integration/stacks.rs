@@ -285,6 +285,15 @@ pub fn fs_events_count_only_the_filesystem_under_test() {
     assert!(pair.latency.max > 0 && pair.total_ns >= pair.latency.p50);
     let commits = f.pairs.iter().find(|p| p.name == "jbd2_commit");
     assert!(commits.is_some_and(|c| c.count >= 1), "{f:#?}");
+    // jbd2's statistics events carry the journal's dev_t as a value: one per commit of the
+    // lab's journal, none of the host's three.
+    let stats = f.events.iter().find(|e| e.name == "jbd2:jbd2_run_stats");
+    assert!(stats.is_some_and(|e| e.filtered), "{f:#?}");
+    assert_eq!(
+        count("jbd2:jbd2_run_stats"),
+        commits.map(|c| c.count),
+        "{f:#?}"
+    );
 }
 
 fn parse(text: &str) -> Result<roxmltree::Document<'_>, roxmltree::Error> {
