@@ -154,7 +154,6 @@ pub fn fs_events_outside_lab(
 fn named_paths(command: &[String], cwd: &Path) -> Vec<PathBuf> {
     command
         .iter()
-        .skip(1)
         .flat_map(|a| a.split_whitespace())
         .map(|w| w.trim_matches(['"', '\'']))
         // Only words shaped like paths: a bare word ("x", "f") that happens to name a file
