@@ -189,17 +189,7 @@ struct Bench {
 
 impl Bench {
     /// Runs `cmd` (in `cwd`) in `mode`; `comm` is the command name bpftrace filters on.
-    fn measure(&self, mode: Mode, cmd: &[String], cwd: &Path, comm: &str) -> Result<Sample> {
-        let times = self.files.join("time.out");
-        let json = self.files.join("trace.json");
-        let mut timed: Vec<String> = vec![
-            "/usr/bin/time".into(),
-            "-f".into(),
-            "%e %S".into(),
-            "-o".into(),
-            times.display().to_string(),
-        ];
-        timed.extend(cmd.iter().cloned());
+    fn run_in(&self, mode: Mode, cmd: &[String], cwd: &Path, comm: &str) -> Result<()> {
         let mut tracer = None;
         let mut c = match mode.fsprof_args() {
             Some(args) => {
@@ -207,19 +197,19 @@ impl Bench {
                 c.arg("trace")
                     .args(args)
                     .arg("--json")
-                    .arg(&json)
+                    .arg(self.files.join("trace.json"))
                     .arg("--flames")
                     .arg(self.files.join("flames"))
                     .arg("--")
-                    .args(&timed);
+                    .args(cmd);
                 c
             }
             None => {
                 if mode == Mode::Bpftrace {
                     tracer = Some(start_bpftrace(comm)?);
                 }
-                let mut c = Command::new(&timed[0]);
-                c.args(&timed[1..]);
+                let mut c = Command::new(&cmd[0]);
+                c.args(&cmd[1..]);
                 c
             }
         };
@@ -237,6 +227,21 @@ impl Bench {
         if !status?.success() {
             bail!("{} failed in mode {}", cmd.join(" "), mode.label());
         }
+        Ok(())
+    }
+
+    /// `cmd` timed by GNU time, with fsprof's probe cost when traced.
+    fn measure(&self, mode: Mode, cmd: &[String], cwd: &Path, comm: &str) -> Result<Sample> {
+        let times = self.files.join("time.out");
+        let mut timed: Vec<String> = vec![
+            "/usr/bin/time".into(),
+            "-f".into(),
+            "%e %S".into(),
+            "-o".into(),
+            times.display().to_string(),
+        ];
+        timed.extend(cmd.iter().cloned());
+        self.run_in(mode, &timed, cwd, comm)?;
         let t = std::fs::read_to_string(&times)?;
         let mut f = t
             .lines()
@@ -250,6 +255,7 @@ impl Bench {
             ..Default::default()
         };
         if mode.fsprof_args().is_some() {
+            let json = self.files.join("trace.json");
             let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
             let cost = &v["profile"]["probe_cost"];
             s.probe_ns = cost["run_ns"].as_u64();
@@ -263,6 +269,60 @@ impl Bench {
         }
         Ok(s)
     }
+}
+
+/// The per-syscall cost target: `calls` getpid syscalls (glibc does not cache getpid), the
+/// mean in ns written to `out`. Timed inside, so process start and probe loading stay out.
+pub fn syscall_loop(calls: u64, out: &Path) -> Result<()> {
+    let t = Instant::now();
+    for _ in 0..calls {
+        std::hint::black_box(std::process::id());
+    }
+    let ns = t.elapsed().as_nanos() as f64 / calls.max(1) as f64;
+    std::fs::write(out, format!("{ns:.1}\n"))?;
+    Ok(())
+}
+
+/// What one syscall costs in each mode: a getpid loop, modes alternating as in the main
+/// bench, median over `runs` rounds. On this kernel the syscall tracepoints' slow path is
+/// most of any syscall tracer's cost; this separates it (floor) from fsprof's programs.
+fn syscall_cost(bench: &Bench, sel: &[usize], runs: usize) -> Result<()> {
+    const CALLS: u64 = 2_000_000;
+    let exe = std::env::current_exe()?;
+    let out = bench.files.join("syscall.ns");
+    let cmd: Vec<String> = vec![
+        exe.display().to_string(),
+        "syscall-loop".into(),
+        CALLS.to_string(),
+        out.display().to_string(),
+    ];
+    let comm: String = exe
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .chars()
+        .take(15)
+        .collect();
+    let mut ns: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for round in 0..runs {
+        for k in 0..sel.len() {
+            let m = sel[(k + round) % sel.len()];
+            bench.run_in(MODES[m], &cmd, &bench.files, &comm)?;
+            let v: f64 = std::fs::read_to_string(&out)?.trim().parse()?;
+            ns.entry(m).or_default().push(v);
+        }
+    }
+    let base = median(ns.get(&0).cloned().unwrap_or_default());
+    let mut line = format!("untraced {base:.0} ns");
+    for &m in sel.iter().skip(1) {
+        let v = median(ns.get(&m).cloned().unwrap_or_default());
+        line.push_str(&format!(", {} +{:.0} ns", MODES[m].label(), v - base));
+    }
+    println!(
+        "\nper syscall (getpid loop, {} M calls, median of {runs}): {line}",
+        CALLS / 1_000_000
+    );
+    Ok(())
 }
 
 /// bpftrace with the same per-syscall latency histogram fsprof keeps, for one command name;
@@ -524,6 +584,7 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
             );
         }
     }
+    syscall_cost(&bench, &sel, runs)?;
     let mut startup = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();

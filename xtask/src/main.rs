@@ -38,6 +38,10 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         modes: Vec<String>,
     },
+    /// The bench's syscall-cost target: `calls` getpid syscalls, the mean ns each written to
+    /// `out`.
+    #[command(hide = true)]
+    SyscallLoop { calls: u64, out: std::path::PathBuf },
     /// Setup, then formatting, lints and every test (integration tests need root).
     Test {
         /// Extra arguments for `cargo test`, e.g. a test name filter.
@@ -99,6 +103,7 @@ fn main() -> Result<()> {
             run(&mut cmd)
         }
         Cmd::Bench { runs, fs, modes } => bench::overhead(runs, &fs, &modes),
+        Cmd::SyscallLoop { calls, out } => bench::syscall_loop(calls, &out),
         Cmd::Test { args } => test(&args),
     }
 }
