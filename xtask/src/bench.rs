@@ -271,6 +271,41 @@ impl Bench {
     }
 }
 
+/// The answer users come for, in every mode: each filesystem's wall over the first's, per
+/// workload (median over rounds of the same round's pair). A profiler that changes it shows
+/// here as a traced ratio that differs from the untraced one.
+fn print_fs_ratios(
+    samples: &BTreeMap<(String, String, usize), Vec<Sample>>,
+    filesystems: &[String],
+    sel: &[usize],
+) {
+    let Some((first, rest)) = filesystems.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        return;
+    }
+    println!("\nwall of each filesystem over {first}'s, per mode (median over rounds):");
+    let walls = |w: &str, fs: &str, m: usize| -> Vec<f64> {
+        samples
+            .get(&(w.to_string(), fs.to_string(), m))
+            .map(|v| v.iter().map(|s| s.wall).collect())
+            .unwrap_or_default()
+    };
+    for w in WORKLOADS {
+        for fs in rest {
+            let cells: Vec<String> = sel
+                .iter()
+                .map(|&m| {
+                    let r = median(paired_ratios(&walls(w, first, m), &walls(w, fs, m)));
+                    format!("{} {r:.2}", MODES[m].label())
+                })
+                .collect();
+            println!("  {w:<5} {fs}/{first}: {}", cells.join(", "));
+        }
+    }
+}
+
 /// The per-syscall cost target: `calls` getpid syscalls (glibc does not cache getpid), the
 /// mean in ns written to `out`. Timed inside, so process start and probe loading stay out.
 pub fn syscall_loop(calls: u64, out: &Path) -> Result<()> {
@@ -555,6 +590,7 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
             println!("{line}");
         }
     }
+    print_fs_ratios(&samples, filesystems, &sel);
     println!("\nfsprof's own kernel time in the default mode (median run), per program:");
     for w in WORKLOADS {
         for fs in filesystems {
