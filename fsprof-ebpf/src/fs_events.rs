@@ -9,15 +9,17 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::generated::bpf_get_attach_cookie,
     macros::{map, raw_tracepoint},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray},
     programs::RawTracePointContext,
 };
 use fsprof_common::{
-    FS_MAX_DEREF, FS_NO_ARG, FS_PAIR_SLOTS, FsEventCfg, HistKind, MAX_FS_DEVS, MAX_FS_EVENTS,
-    MAX_FS_PAIRS, PairKey, Program, TimeStats,
+    FS_MAX_DEREF, FS_NO_ARG, FS_PAIR_SLOTS, FS_PENDING_SLOTS, FsEventCfg, HistKind, Lost,
+    MAX_FS_DEVS, MAX_FS_EVENTS, MAX_FS_PAIRS, PendingPair, Program, TimeStats, pending_slot,
 };
 
-use crate::common::{conf, current_tid, followed, hist_add_row, now, ran, read_kernel, row_at};
+use crate::common::{
+    conf, current_tid, followed, hist_add_row, lost, now, ran, read_kernel, row_at,
+};
 
 /// Event index (the cookie) → its config; filled by userspace.
 #[map]
@@ -26,9 +28,10 @@ static FS_EVENT_CFG: Array<FsEventCfg> = Array::with_max_entries(MAX_FS_EVENTS, 
 #[map]
 static FS_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_FS_EVENTS, 0);
 
-/// Pair instances begun and not yet ended. LRU: an end that never comes cannot fill it.
+/// Pair instances begun and not yet ended, each in the slot its (pair, key) hashes to: an
+/// end that never comes only holds a slot until another instance takes it.
 #[map]
-static FS_PENDING: LruHashMap<PairKey, u64> = LruHashMap::with_max_entries(16384, 0);
+static FS_PENDING: Array<PendingPair> = Array::with_max_entries(FS_PENDING_SLOTS, 0);
 
 /// Filesystems whose events count (superblock dev_t), when no single one is set in CONFIG:
 /// seeded by userspace, and with CONFIG.fs_learn joined by every filesystem a followed
@@ -73,13 +76,37 @@ fn event_dev(ctx: &RawTracePointContext, cfg: &FsEventCfg) -> Option<u32> {
 }
 
 #[inline(always)]
-fn end_pair(pair: u32, key: u64, ts: u64) {
-    let k = PairKey { pair, _pad: 0, key };
-    let Some(start) = (unsafe { FS_PENDING.get(&k) }) else {
+fn begin_pair(pair: u32, key: u64, ts: u64) {
+    let Some(p) = FS_PENDING.get_ptr_mut(pending_slot(pair, key)) else {
         return;
     };
-    let lat = ts.saturating_sub(*start);
-    let _ = FS_PENDING.remove(&k);
+    unsafe {
+        if (*p).start != 0 && ((*p).pair != pair || (*p).key != key) {
+            lost(Lost::FsPairSlotTaken);
+        }
+        // Free while it changes hands, so an end on another CPU sees an old start or none;
+        // volatile keeps both stores and their order.
+        core::ptr::write_volatile(&raw mut (*p).start, 0);
+        (*p).pair = pair;
+        (*p).key = key;
+        core::ptr::write_volatile(&raw mut (*p).start, ts);
+    }
+}
+
+#[inline(always)]
+fn end_pair(pair: u32, key: u64, ts: u64) {
+    let Some(p) = FS_PENDING.get_ptr_mut(pending_slot(pair, key)) else {
+        return;
+    };
+    let start = unsafe {
+        let start = (*p).start;
+        if start == 0 || (*p).pair != pair || (*p).key != key {
+            return;
+        }
+        (*p).start = 0;
+        start
+    };
+    let lat = ts.saturating_sub(start);
     if let Some(s) = FS_PAIRS.get_ptr_mut(pair) {
         unsafe {
             (*s).total_ns += lat;
@@ -154,12 +181,7 @@ pub fn fs_event(ctx: RawTracePointContext) -> i32 {
     }
     for i in 0..FS_PAIR_SLOTS {
         if cfg.begins[i] != 0 {
-            let k = PairKey {
-                pair: cfg.begins[i],
-                _pad: 0,
-                key,
-            };
-            let _ = FS_PENDING.insert(&k, &ts, 0);
+            begin_pair(cfg.begins[i], key, ts);
         }
     }
     0
