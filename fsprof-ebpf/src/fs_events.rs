@@ -85,10 +85,10 @@ fn begin_pair(pair: u32, key: u64, ts: u64) {
             lost(Lost::FsPairSlotTaken);
         }
         // Free while it changes hands, so an end on another CPU sees an old start or none;
-        // volatile keeps both stores and their order.
+        // volatile keeps every store, in this order.
         core::ptr::write_volatile(&raw mut (*p).start, 0);
-        (*p).pair = pair;
-        (*p).key = key;
+        core::ptr::write_volatile(&raw mut (*p).pair, pair);
+        core::ptr::write_volatile(&raw mut (*p).key, key);
         core::ptr::write_volatile(&raw mut (*p).start, ts);
     }
 }
