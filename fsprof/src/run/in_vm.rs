@@ -177,8 +177,16 @@ fn run_into(
         signals::check()?;
         let kernel = &kernels[round.kernel];
         let label = &labels[round.kernel];
-        let ran = boot(opts, kernel, cfg, args, &scratch, &stem, size, round.passes);
         let guest_json = scratch.share.join(format!("{stem}.json"));
+        let mut ran = boot(opts, kernel, cfg, args, &scratch, &stem, size, round.passes);
+        if let Err(e) = &ran
+            && e.is::<guest::Stalled>()
+        {
+            // A hung guest is the emulator's fault, not the workload's: its passes run
+            // again, once, on a fresh disk and share; what it finished is dropped.
+            eprintln!("fsprof: {e} ({label}); booting it again, once");
+            ran = boot(opts, kernel, cfg, args, &scratch, &stem, size, round.passes);
+        }
         // What the guest finished counts even when it stopped early.
         if guest_json.exists() {
             let mut part = RunResult::load(&guest_json)?;

@@ -7,6 +7,10 @@ use std::{
     os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     thread,
     time::{Duration, Instant, SystemTime},
 };
@@ -53,6 +57,33 @@ pub struct GuestRun {
     pub boot: Option<Duration>,
     pub wall: Duration,
 }
+
+/// A guest that prints nothing for this long is taken as hung and stopped: a Debian 6.1
+/// guest under TCG has been seen to stop whole after a cell (both vCPUs spinning, no
+/// output, no file written), rarely. fsprof in the guest prints a line per step.
+/// `FSPROF_VM_STALL_SECONDS` sets another limit.
+fn stall_limit() -> Duration {
+    std::env::var("FSPROF_VM_STALL_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(20 * 60), Duration::from_secs)
+}
+
+/// The guest printed nothing for this long and was stopped.
+#[derive(Debug)]
+pub struct Stalled(Duration);
+
+impl std::fmt::Display for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the VM printed nothing for {} s and was stopped as hung",
+            self.0.as_secs()
+        )
+    }
+}
+
+impl std::error::Error for Stalled {}
 
 /// Where the script's start is stamped, to measure the boot.
 const STARTED: &str = ".fsprof-guest-started";
@@ -105,9 +136,17 @@ pub fn run(
         .stderr(Stdio::piped())
         .spawn()
         .context("starting virtme-ng (vng); `cargo xtask setup` installs it")?;
-    let out = child.stdout.take().map(|o| thread::spawn(|| relay(o)));
-    let err = child.stderr.take().map(|e| thread::spawn(|| relay(e)));
-    let status = wait(&mut child);
+    // Milliseconds from `started` to the VM's last output.
+    let last = Arc::new(AtomicU64::new(0));
+    let out = child
+        .stdout
+        .take()
+        .map(|o| relay_in_thread(o, &last, started));
+    let err = child
+        .stderr
+        .take()
+        .map(|e| relay_in_thread(e, &last, started));
+    let status = wait(&mut child, &last, started);
     for relay in [out, err].into_iter().flatten() {
         let _ = relay.join();
     }
@@ -124,15 +163,26 @@ pub fn run(
     })
 }
 
+/// `relay` on a thread of its own.
+fn relay_in_thread(
+    from: impl Read + Send + 'static,
+    last: &Arc<AtomicU64>,
+    started: Instant,
+) -> thread::JoinHandle<()> {
+    let last = last.clone();
+    thread::spawn(move || relay(from, &last, started))
+}
+
 /// The VM's output to our stderr (our stdout is the command's answer), without the NUL
-/// bytes the serial console starts with.
-fn relay(mut from: impl Read) {
+/// bytes the serial console starts with; `last` gets the time of each (see `stall_limit`).
+fn relay(mut from: impl Read, last: &AtomicU64, started: Instant) {
     let mut buf = [0u8; 8192];
     let mut err = std::io::stderr();
     while let Ok(n) = from.read(&mut buf) {
         if n == 0 {
             break;
         }
+        last.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         let text: Vec<u8> = buf[..n].iter().copied().filter(|&b| b != 0).collect();
         let _ = err.write_all(&text);
     }
@@ -149,9 +199,21 @@ fn vng() -> Command {
     c
 }
 
-/// Waits for the VM; on a signal stops its whole process group (TERM, then KILL).
-fn wait(child: &mut Child) -> Result<Option<i32>> {
+/// Waits for the VM; on a signal, or when it has printed nothing for `stall_limit`, stops its
+/// whole process group (TERM, then KILL).
+fn wait(child: &mut Child, last: &AtomicU64, started: Instant) -> Result<Option<i32>> {
     let group = rustix::process::Pid::from_raw(child.id() as i32).context("child pid")?;
+    let limit = stall_limit();
+    let stop = |child: &mut Child| -> Result<()> {
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while child.try_wait()?.is_none() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        let _ = child.wait();
+        Ok(())
+    };
     loop {
         if let Some(st) = child.try_wait()? {
             // Nothing of the VM may outlive it (qemu may run under vng's pid or beside it).
@@ -159,14 +221,13 @@ fn wait(child: &mut Child) -> Result<Option<i32>> {
             return Ok(st.code());
         }
         if let Some(sig) = signals::received() {
-            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::TERM);
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while child.try_wait()?.is_none() && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(50));
-            }
-            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-            let _ = child.wait();
+            stop(child)?;
             bail!("interrupted by signal {sig}; the VM was stopped");
+        }
+        let silent = started.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
+        if silent > limit.as_millis() as u64 {
+            stop(child)?;
+            return Err(Stalled(limit).into());
         }
         thread::sleep(Duration::from_millis(100));
     }

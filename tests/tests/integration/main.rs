@@ -66,6 +66,7 @@ fn main() {
         root vm::two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel,
         root vm::guest_syscall_counts_equal_strace_in_the_guest,
         root vm::sigint_mid_vm_run_leaves_no_qemu,
+        root vm::silent_guest_is_stopped_and_booted_again_once,
     ];
     let root = fsprof_tests::is_root();
     let skipped = all.iter().filter(|t| t.2 && !root).count();

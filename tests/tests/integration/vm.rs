@@ -282,3 +282,32 @@ pub fn sigint_mid_vm_run_leaves_no_qemu() {
     assert!(err.contains("interrupted"), "{err}");
     assert_no_vm_left();
 }
+
+/// A guest that prints nothing for the stall limit is taken as hung: it is stopped, booted
+/// once more, and then given up with a one-line error; no qemu stays.
+pub fn silent_guest_is_stopped_and_booted_again_once() {
+    let dir = TempDir::new("vm-stall");
+    let started = Instant::now();
+    let out = Command::new(fsprof_bin())
+        .args(["run", "--kernel", KERNEL, "--fs", "ext4", "--suite", "none"])
+        .args(["--passes", "1", "--no-stacks", "--step", "silent=sleep 900"])
+        .arg("--json")
+        .arg(dir.0.join("r.json"))
+        .env("FSPROF_VM_STALL_SECONDS", "60")
+        .current_dir(&dir.0)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.matches("booting it again, once").count(), 1, "{err}");
+    assert_eq!(err.matches("fsprof: booting deb:").count(), 2, "{err}");
+    assert!(
+        err.lines()
+            .last()
+            .is_some_and(|l| l.contains("printed nothing for 60 s")),
+        "{err}"
+    );
+    // Stopped, not waited out: the silent step would take 900 s in each boot.
+    assert!(started.elapsed() < Duration::from_secs(900), "{err}");
+    assert_no_vm_left();
+}
