@@ -271,6 +271,20 @@ impl Bench {
     }
 }
 
+/// One figure of every sample of (workload, fs, mode), rounds in order.
+fn series(
+    samples: &BTreeMap<(String, String, usize), Vec<Sample>>,
+    w: &str,
+    fs: &str,
+    m: usize,
+    f: fn(&Sample) -> f64,
+) -> Vec<f64> {
+    samples
+        .get(&(w.to_string(), fs.to_string(), m))
+        .map(|v| v.iter().map(f).collect())
+        .unwrap_or_default()
+}
+
 /// The answer users come for, in every mode: each filesystem's wall over the first's, per
 /// workload (median over rounds of the same round's pair). A profiler that changes it shows
 /// here as a traced ratio that differs from the untraced one.
@@ -286,18 +300,13 @@ fn print_fs_ratios(
         return;
     }
     println!("\nwall of each filesystem over {first}'s, per mode (median over rounds):");
-    let walls = |w: &str, fs: &str, m: usize| -> Vec<f64> {
-        samples
-            .get(&(w.to_string(), fs.to_string(), m))
-            .map(|v| v.iter().map(|s| s.wall).collect())
-            .unwrap_or_default()
-    };
     for w in WORKLOADS {
         for fs in rest {
             let cells: Vec<String> = sel
                 .iter()
                 .map(|&m| {
-                    let r = median(paired_ratios(&walls(w, first, m), &walls(w, fs, m)));
+                    let wall = |fs: &str| series(samples, w, fs, m, |s| s.wall);
+                    let r = median(paired_ratios(&wall(first), &wall(fs)));
                     format!("{} {r:.2}", MODES[m].label())
                 })
                 .collect();
@@ -554,12 +563,7 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
     println!("{header}");
     for w in WORKLOADS {
         for fs in filesystems {
-            let series = |m: usize, f: fn(&Sample) -> f64| -> Vec<f64> {
-                samples
-                    .get(&(w.to_string(), fs.clone(), m))
-                    .map(|v| v.iter().map(f).collect())
-                    .unwrap_or_default()
-            };
+            let series = |m: usize, f: fn(&Sample) -> f64| series(&samples, w, fs, m, f);
             for (what, f) in [
                 ("wall", (|s: &Sample| s.wall) as fn(&Sample) -> f64),
                 ("sys", |s: &Sample| s.sys),

@@ -224,7 +224,9 @@ fn wait(child: &mut Child, last: &AtomicU64, started: Instant) -> Result<Option<
             stop(child)?;
             bail!("interrupted by signal {sig}; the VM was stopped");
         }
-        let silent = started.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
+        // Saturating: a relay may stamp `last` after this read of the clock.
+        let silent =
+            (started.elapsed().as_millis() as u64).saturating_sub(last.load(Ordering::Relaxed));
         if silent > limit.as_millis() as u64 {
             stop(child)?;
             return Err(Stalled(limit).into());
