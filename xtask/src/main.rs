@@ -2,6 +2,7 @@
 
 mod bench;
 mod setup;
+mod verdicts;
 
 use std::process::Command;
 
@@ -38,6 +39,29 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         modes: Vec<String>,
     },
+    /// Calibrate `fsprof compare`: rounds of A, B, A runs; prints the false flags of the A/A
+    /// pairs, what the A/B pairs flag, and the power to find an injected wall-time change.
+    Verdicts {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[arg(long, value_delimiter = ',', default_value = "ext4,xfs,btrfs")]
+        fs: Vec<String>,
+        /// The B side's extra `fsprof run` arguments.
+        #[arg(long, default_value = "--mount-opts ext4:data=journal")]
+        b: String,
+        /// Steps B must be flagged as a regression in.
+        #[arg(long, value_delimiter = ',', default_value = "db,seq-write")]
+        expect: Vec<String>,
+        /// Wall-time changes to inject, %.
+        #[arg(long, value_delimiter = ',', default_value = "10,20,50,100")]
+        effects: Vec<f64>,
+        /// Cells per A/A pair the power is measured on.
+        #[arg(long, default_value_t = 12)]
+        cells: usize,
+        /// Extra `fsprof run` arguments for both sides, e.g. "--only db --passes 5".
+        #[arg(long, default_value = "")]
+        run: String,
+    },
     /// The bench's syscall-cost target: `calls` getpid syscalls, the mean ns each written to
     /// `out`.
     #[command(hide = true)]
@@ -63,7 +87,7 @@ fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
-fn build() -> Result<()> {
+pub fn build() -> Result<()> {
     setup::ensure()?;
     run(cargo().args(["build", "--release"]))
 }
@@ -103,6 +127,23 @@ fn main() -> Result<()> {
             run(&mut cmd)
         }
         Cmd::Bench { runs, fs, modes } => bench::overhead(runs, &fs, &modes),
+        Cmd::Verdicts {
+            rounds,
+            fs,
+            b,
+            expect,
+            effects,
+            cells,
+            run,
+        } => verdicts::calibrate(&verdicts::Plan {
+            rounds,
+            fs,
+            b_args: b.split_whitespace().map(String::from).collect(),
+            expect,
+            effects,
+            cells,
+            run_args: run.split_whitespace().map(String::from).collect(),
+        }),
         Cmd::SyscallLoop { calls, out } => bench::syscall_loop(calls, &out),
         Cmd::Test { args } => test(&args),
     }

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::background;
 
+/// What ended a wait for a CPU: the run-queue time class, under the name waits carry.
+pub const RUN_QUEUE_WAKER: &str = "a CPU (run-queue)";
+
 /// Blocked time by what ended it; with run-queue time and "no wakeup seen", adds up to
 /// the off-CPU time exactly.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -216,7 +219,7 @@ pub fn split(
         .collect();
     if run_queue_ns > 0 {
         out.push(WaitedFor {
-            what: "a CPU (run-queue)".into(),
+            what: RUN_QUEUE_WAKER.into(),
             ns: run_queue_ns,
             wakes: 0,
         });

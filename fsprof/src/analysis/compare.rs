@@ -1,6 +1,7 @@
-//! `fsprof compare`: two sets of runs, cell by cell and figure by figure, with Welch's
-//! t-test over the passes; a change is flagged only when it is both large (the threshold)
-//! and unlikely to be noise (p < alpha) and above a small absolute floor.
+//! `fsprof compare`: two sets of runs, cell by cell and figure by figure, each quantity
+//! once, judged as one family by the verdict rule (`verdict`): a change is flagged only when
+//! it is large (the threshold and the kind's floor) and clear after the number of figures
+//! tested is accounted for.
 
 use std::collections::BTreeSet;
 
@@ -8,60 +9,63 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 
 use super::{
-    metrics::{Metric, Unit, cell_metrics, noise_floor},
-    stats::{Welch, mean, welch},
+    metrics::{Metric, Unit, cell_metrics},
+    stats::mean,
+    verdict::{self, Judged, KindSpread},
 };
 use crate::results::{RunResult, StepRun};
 
-#[derive(Clone, Copy, Debug)]
-pub struct CompareOptions {
-    /// Relative change that counts, e.g. 0.05 for 5 %.
-    pub threshold: f64,
-    /// Significance level of the t-test.
-    pub alpha: f64,
-}
-
-impl Default for CompareOptions {
-    fn default() -> Self {
-        CompareOptions {
-            threshold: 0.05,
-            alpha: 0.05,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Regression,
-    Improvement,
-    /// Large but not significant, or below the noise floor.
-    Noise,
-    Unchanged,
-    /// Fewer than two passes on a side: no test possible.
-    Untested,
-}
+pub use super::verdict::{Rule as CompareOptions, Verdict};
 
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Row {
     pub fs: String,
     pub step: String,
     pub metric: String,
+    /// Other names of the same figure in this cell (equal in every pass), tested once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
+    /// The figure's kind: its spread is moderated toward the others of that kind.
+    pub kind: &'static str,
     pub unit: &'static str,
     pub base: f64,
     pub new: f64,
-    /// (new − base) / base, %.
-    pub change_pct: f64,
-    /// 95 % confidence interval of the change, % of base.
+    /// (new − base) / base, %; null when base is 0.
+    pub change_pct: Option<f64>,
+    /// 95 % interval of the change, % of base; null with one pass a side.
     pub ci_pct: Option<(f64, f64)>,
+    /// Two-sided p of the change (moderated t over the passes).
     pub p: Option<f64>,
+    /// Benjamini–Hochberg q over every figure of the comparison.
+    pub q: Option<f64>,
     pub n_base: usize,
     pub n_new: usize,
     pub verdict: Verdict,
+    /// Inconclusive: passes a side that would settle it (absent: more than 50).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passes_needed: Option<u32>,
+    /// The figure in each pass of each side.
+    pub base_values: Vec<f64>,
+    pub new_values: Vec<f64>,
+}
+
+/// The rule a comparison applied, with what it learned.
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
+pub struct RuleSummary {
+    /// Figures tested (each quantity once).
+    pub figures: usize,
+    /// Figures left out as other names of a tested one.
+    pub aliases: usize,
+    pub threshold_pct: f64,
+    /// False discovery rate the flags are held to.
+    pub fdr: f64,
+    /// Pass-to-pass spread per kind of figure, learned from this comparison's passes.
+    pub spread: Vec<KindSpread>,
 }
 
 #[derive(Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct Comparison {
+    pub rule: RuleSummary,
     pub rows: Vec<Row>,
     /// Differences between the runs that are not a result: kernels, mount options, …
     pub notes: Vec<String>,
@@ -77,6 +81,9 @@ impl Comparison {
         self.rows
             .iter()
             .filter(|r| matches!(r.verdict, Verdict::Regression | Verdict::Improvement))
+    }
+    pub fn count(&self, v: Verdict) -> usize {
+        self.rows.iter().filter(|r| r.verdict == v).count()
     }
 }
 
@@ -216,43 +223,54 @@ fn cells(set: &[RunResult]) -> Vec<(String, String)> {
     out
 }
 
-fn row(fs: &str, step: &str, b: &Metric, n: &Metric, opts: &CompareOptions) -> Row {
-    let (mb, mn) = (mean(&b.values), mean(&n.values));
-    let change = if mb != 0.0 { (mn - mb) / mb } else { 0.0 };
-    let test: Option<Welch> = welch(&b.values, &n.values);
-    let worse = if b.higher_is_worse { mn > mb } else { mn < mb };
-    let big = change.abs() >= opts.threshold && (mn - mb).abs() >= noise_floor(b.unit);
-    let verdict = match test {
-        None if big => Verdict::Untested,
-        None => Verdict::Unchanged,
-        Some(t) if big && t.p < opts.alpha => {
-            if worse {
-                Verdict::Regression
-            } else {
-                Verdict::Improvement
-            }
+/// A cell's figures paired across the sides, each quantity once: a figure equal in every
+/// pass of both sides to an earlier one is its alias (I/O wait is often exactly the time a
+/// disk completion ended).
+fn paired(mb: Vec<Metric>, mn: Vec<Metric>) -> Vec<(Metric, Metric, Vec<String>)> {
+    let mut out: Vec<(Metric, Metric, Vec<String>)> = Vec::new();
+    for b in mb {
+        let Some(n) = mn.iter().find(|n| n.name == b.name) else {
+            continue;
+        };
+        let zero = b.values.iter().chain(&n.values).all(|v| *v == 0.0);
+        if zero {
+            continue;
         }
-        Some(_) if big || change.abs() >= opts.threshold => Verdict::Noise,
-        Some(_) => Verdict::Unchanged,
-    };
+        match out
+            .iter_mut()
+            .find(|(ob, on, _)| ob.values == b.values && on.values == n.values)
+        {
+            Some(first) => first.2.push(b.name),
+            None => out.push((b, n.clone(), Vec::new())),
+        }
+    }
+    out
+}
+
+fn row(fs: &str, step: &str, (b, n, aliases): &(Metric, Metric, Vec<String>), j: &Judged) -> Row {
+    let (mb, mn) = (mean(&b.values), mean(&n.values));
     Row {
         fs: fs.to_string(),
         step: step.to_string(),
         metric: b.name.clone(),
-        unit: match b.unit {
+        aliases: aliases.clone(),
+        kind: b.kind.into(),
+        unit: match b.unit() {
             Unit::Ns => "ns",
             Unit::BytesPerSec => "B/s",
         },
         base: mb,
         new: mn,
-        change_pct: 100.0 * change,
-        ci_pct: test
-            .filter(|_| mb != 0.0)
-            .map(|t| (100.0 * t.ci.0 / mb, 100.0 * t.ci.1 / mb)),
-        p: test.map(|t| t.p),
+        change_pct: (mb != 0.0).then(|| 100.0 * (mn - mb) / mb),
+        ci_pct: j.ci_pct,
+        p: j.p,
+        q: j.q,
         n_base: b.values.len(),
         n_new: n.values.len(),
-        verdict,
+        verdict: j.verdict.unwrap_or(Verdict::Unchanged),
+        passes_needed: j.passes_needed,
+        base_values: b.values.clone(),
+        new_values: n.values.clone(),
     }
 }
 
@@ -269,50 +287,60 @@ pub fn compare(base: &[RunResult], new: &[RunResult], opts: &CompareOptions) -> 
     if common.is_empty() {
         bail!("the runs have no filesystem × step in common");
     }
-    let mut out = Comparison {
+    let cells: Vec<CellPair> = common
+        .iter()
+        .map(|(fs, step)| CellPair {
+            fs: fs.clone(),
+            step: step.clone(),
+            base: runs(base, fs, step),
+            new: runs(new, fs, step),
+        })
+        .collect();
+    Ok(Comparison {
         notes,
-        ..Default::default()
-    };
-    for (fs, step) in &common {
-        let (rb, rn) = (runs(base, fs, step), runs(new, fs, step));
-        let (mb, mn) = (cell_metrics(&rb), cell_metrics(&rn));
-        for b in &mb {
-            if let Some(n) = mn.iter().find(|n| n.name == b.name) {
-                out.rows.push(row(fs, step, b, n, opts));
-            }
+        ..judge_cells(&cells, opts)
+    })
+}
+
+/// One cell's passes on each side.
+pub struct CellPair<'a> {
+    pub fs: String,
+    pub step: String,
+    pub base: Vec<&'a StepRun>,
+    pub new: Vec<&'a StepRun>,
+}
+
+/// Every figure of these cells, judged as one family (`compare` over a suite, `explain`
+/// over one filesystem against another).
+pub fn judge_cells(cells: &[CellPair], opts: &CompareOptions) -> Comparison {
+    let mut figures = Vec::new();
+    for c in cells {
+        for p in paired(cell_metrics(&c.base), cell_metrics(&c.new)) {
+            figures.push((c, p));
         }
     }
-    Ok(out)
+    let pairs: Vec<(&Metric, &Metric)> = figures.iter().map(|(_, (b, n, _))| (b, n)).collect();
+    let family = verdict::judge(&pairs, opts);
+    Comparison {
+        rule: RuleSummary {
+            figures: figures.len(),
+            aliases: figures.iter().map(|f| f.1.2.len()).sum(),
+            threshold_pct: 100.0 * opts.threshold,
+            fdr: opts.alpha,
+            spread: family.spread,
+        },
+        rows: figures
+            .iter()
+            .zip(&family.judged)
+            .map(|((c, p), j)| row(&c.fs, &c.step, p, j))
+            .collect(),
+        notes: Vec::new(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn m(v: &[f64]) -> Metric {
-        Metric {
-            name: "wall".into(),
-            unit: Unit::Ns,
-            higher_is_worse: true,
-            values: v.iter().map(|x| x * 1e9).collect(),
-        }
-    }
-
-    #[test]
-    fn verdicts() {
-        let o = CompareOptions::default();
-        let same = row("x", "s", &m(&[1.0, 1.01, 0.99]), &m(&[1.0, 1.01, 0.99]), &o);
-        assert_eq!(same.verdict, Verdict::Unchanged);
-        let slow = row("x", "s", &m(&[1.0, 1.01, 0.99]), &m(&[1.5, 1.52, 1.49]), &o);
-        assert_eq!(slow.verdict, Verdict::Regression);
-        assert!(slow.change_pct > 45.0 && slow.p.unwrap() < 0.01);
-        let fast = row("x", "s", &m(&[1.5, 1.52, 1.49]), &m(&[1.0, 1.01, 0.99]), &o);
-        assert_eq!(fast.verdict, Verdict::Improvement);
-        let noisy = row("x", "s", &m(&[1.0, 2.0, 0.5]), &m(&[1.5, 0.8, 2.2]), &o);
-        assert_eq!(noisy.verdict, Verdict::Noise);
-        let one = row("x", "s", &m(&[1.0]), &m(&[2.0]), &o);
-        assert_eq!(one.verdict, Verdict::Untested);
-    }
 
     #[test]
     fn a_vm_run_is_not_compared_with_a_bare_metal_one() {

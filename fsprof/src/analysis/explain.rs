@@ -9,7 +9,12 @@ use anyhow::{Result, bail};
 
 use crate::{
     aggregate::{background::FS_PREFIXES, wakes},
-    analysis::{metrics, stats::median},
+    analysis::{
+        compare::{CellPair, Comparison, Row, judge_cells},
+        metrics,
+        stats::median,
+        verdict::{Rule, Verdict},
+    },
 };
 
 use crate::{
@@ -439,12 +444,49 @@ fn one(c: &Cell, step: &str) -> Vec<String> {
     out
 }
 
+/// What compare's rule says of a figure of `a` against `b`, as a sentence part.
+fn judged(r: &Row) -> String {
+    let passes = format!("{} vs {} passes", r.n_new, r.n_base);
+    match (r.verdict, r.passes_needed) {
+        (Verdict::Regression | Verdict::Improvement, _) => format!(
+            "a clear difference (q = {:.3}, {passes})",
+            r.q.unwrap_or_default()
+        ),
+        (Verdict::Inconclusive, Some(n)) => {
+            format!("not clear from {passes}: about {n} passes each would settle it")
+        }
+        (Verdict::Inconclusive, None) => format!("not clear: within the spread of {passes}"),
+        (Verdict::Unchanged, _) => format!(
+            "within ±{:.0} %: no real difference",
+            Rule::default().threshold * 100.0
+        ),
+    }
+}
+
+fn row<'c>(c: &'c Comparison, metric: &str) -> Option<&'c Row> {
+    c.rows
+        .iter()
+        .find(|r| r.metric == metric || r.aliases.iter().any(|a| a == metric))
+}
+
 fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     let mut out = Vec::new();
+    // b is the base: compare's rule over this cell pair's figures.
+    let rule = Rule::default();
+    let cmp = judge_cells(
+        &[CellPair {
+            fs: a.fs.to_string(),
+            step: step.to_string(),
+            base: b.runs.clone(),
+            new: a.runs.clone(),
+        }],
+        &rule,
+    );
+    let verdict = |metric: &str| row(&cmp, metric).map(judged);
     let (wa, wb) = (a.wall(), b.wall());
     let d = wa as i128 - wb as i128;
     out.push(format!(
-        "{step}: {} took {}, {} took {}: {} ({:+.0} %).",
+        "{step}: {} took {}, {} took {}: {} ({:+.0} %){}.",
         a.fs,
         seconds(wa),
         b.fs,
@@ -454,7 +496,10 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
             100.0 * d as f64 / wb as f64
         } else {
             0.0
-        }
+        },
+        verdict("wall")
+            .map(|v| format!(", {v}"))
+            .unwrap_or_default()
     ));
     let (ca, cb) = (a.classes(), b.classes());
     let mut deltas: Vec<(&str, u64, u64)> = ca
@@ -468,10 +513,11 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
         .filter(|(_, x, y)| *x > y + 500_000)
         .map(|(l, x, y)| {
             format!(
-                "{l} {} ({} vs {})",
+                "{l} {} ({} vs {}{})",
                 signed(*x as i128 - *y as i128),
                 seconds(*x),
-                seconds(*y)
+                seconds(*y),
+                verdict(l).map(|v| format!("; {v}")).unwrap_or_default()
             )
         })
         .collect();

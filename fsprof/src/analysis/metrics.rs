@@ -2,7 +2,7 @@
 //! value per pass.
 
 use super::stats::median;
-use crate::results::StepRun;
+use crate::{aggregate::wakes::RUN_QUEUE_WAKER, results::StepRun};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
@@ -10,33 +10,90 @@ pub enum Unit {
     BytesPerSec,
 }
 
+/// What a figure is: figures of one kind spread alike across cells (the verdict rule
+/// learns it per kind) and a floor below which a change is nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Kind {
+    Wall,
+    User,
+    Sys,
+    /// The off-CPU time classes (I/O wait, other D-wait, run-queue).
+    TimeClass,
+    Syncfs,
+    /// Sampled: a whole number of on-CPU samples.
+    KernelBg,
+    Throughput,
+    WaitedFor,
+    /// A per-call latency percentile (syscall or block request), from log-linear buckets.
+    LatencyP50,
+    LatencyP99,
+}
+
+impl Kind {
+    /// Smallest absolute difference worth flagging: below it a change is noise whatever its
+    /// percentage (a 40 % change of a 0.2 ms syncfs is nothing). A step's times need 2 ms;
+    /// a per-call latency 1 µs (the two clock reads that time a call take ~0.1 µs).
+    pub fn floor(self) -> f64 {
+        match self {
+            Kind::LatencyP50 | Kind::LatencyP99 => 1_000.0,
+            Kind::Throughput => 1_000_000.0,
+            _ => 2_000_000.0,
+        }
+    }
+    pub fn unit(self) -> Unit {
+        match self {
+            Kind::Throughput => Unit::BytesPerSec,
+            _ => Unit::Ns,
+        }
+    }
+}
+
 /// One figure of a cell, per pass.
 #[derive(Clone, Debug)]
 pub struct Metric {
     pub name: String,
-    pub unit: Unit,
+    pub kind: Kind,
     /// True when a larger value is worse (times, latencies); false for throughput.
     pub higher_is_worse: bool,
     pub values: Vec<f64>,
+    /// How finely the figure is measured: one sample period for sampled figures (their
+    /// count is Poisson), the relative bucket width for percentiles; 0 when exact.
+    pub resolution: Resolution,
 }
 
-/// Smallest absolute difference worth flagging, per unit: below it a change is noise
-/// whatever its percentage (a 40 % change of a 0.2 ms syncfs is nothing).
-pub fn noise_floor(unit: Unit) -> f64 {
-    match unit {
-        Unit::Ns => 2_000_000.0,
-        Unit::BytesPerSec => 1_000_000.0,
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Resolution {
+    Exact,
+    /// Each value is a count of samples of this many ns.
+    Sampled(f64),
+    /// Each value is a bucket midpoint, the bucket this wide relative to the value.
+    Bucket(f64),
+}
+
+impl Metric {
+    pub fn unit(&self) -> Unit {
+        self.kind.unit()
     }
 }
 
-fn metric(name: &str, unit: Unit, runs: &[&StepRun], f: impl Fn(&StepRun) -> f64) -> Metric {
+fn metric(name: &str, kind: Kind, runs: &[&StepRun], f: impl Fn(&StepRun) -> f64) -> Metric {
     Metric {
         name: name.to_string(),
-        unit,
-        higher_is_worse: unit == Unit::Ns,
+        kind,
+        higher_is_worse: kind.unit() == Unit::Ns,
         values: runs.iter().map(|s| f(s)).collect(),
+        resolution: Resolution::Exact,
     }
 }
+
+/// Linux splits a task's CPU time into user and sys in proportion to the timer ticks that
+/// found it in each (HZ = 250 on Debian's kernels and this project's hosts: 4 ms), so the
+/// split moves by whole ticks: a step with 0 ms user in one run has 4 ms in the next.
+const TICK_NS: f64 = 4e6;
+
+/// Relative width of a latency bucket (log-linear, `SUB_BITS` sub-buckets a power of two).
+const BUCKET_WIDTH: f64 = 1.0 / fsprof_common::hist::SUB_COUNT as f64;
 
 /// Off-CPU ns of one pass that waited for `what` (0 without stacks or such waits).
 pub fn waited_ns(s: &StepRun, what: &str) -> u64 {
@@ -76,24 +133,37 @@ pub fn waited_for_medians(runs: &[&StepRun]) -> Vec<(String, u64)> {
 /// Every figure of the cell: times, time classes, background, throughput, per-syscall and
 /// per-block-class latency percentiles (those present in every pass).
 pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
-    let ns = Unit::Ns;
+    let class = Kind::TimeClass;
+    let period = runs
+        .iter()
+        .find_map(|s| s.trace.stacks.as_ref().map(|st| st.sample_period_ns))
+        .unwrap_or(0) as f64;
     let mut out = vec![
-        metric("wall", ns, runs, |s| s.trace.wall_ns as f64),
-        metric("user", ns, runs, |s| s.trace.user_ns as f64),
-        metric("sys", ns, runs, |s| s.trace.sys_ns as f64),
-        metric("I/O wait", ns, runs, |s| {
+        metric("wall", Kind::Wall, runs, |s| s.trace.wall_ns as f64),
+        Metric {
+            resolution: Resolution::Sampled(TICK_NS),
+            ..metric("user", Kind::User, runs, |s| s.trace.user_ns as f64)
+        },
+        Metric {
+            resolution: Resolution::Sampled(TICK_NS),
+            ..metric("sys", Kind::Sys, runs, |s| s.trace.sys_ns as f64)
+        },
+        metric("I/O wait", class, runs, |s| {
             s.trace.profile.time.io_wait.ns as f64
         }),
-        metric("other D-wait", ns, runs, |s| {
+        metric("other D-wait", class, runs, |s| {
             s.trace.profile.time.uninterruptible.ns as f64
         }),
-        metric("run-queue", ns, runs, |s| {
+        metric("run-queue", class, runs, |s| {
             s.trace.profile.time.run_queue.ns as f64
         }),
-        metric("syncfs", ns, runs, |s| s.syncfs_ns as f64),
-        metric("kernel bg", ns, runs, |s| {
-            s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0) as f64
-        }),
+        metric("syncfs", Kind::Syncfs, runs, |s| s.syncfs_ns as f64),
+        Metric {
+            resolution: Resolution::Sampled(period),
+            ..metric("kernel bg", Kind::KernelBg, runs, |s| {
+                s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0) as f64
+            })
+        },
     ];
     // The workload's throughput: bytes its read/write calls moved per second until durable
     // (block bytes would reward a filesystem that writes more for the same work).
@@ -106,7 +176,7 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
             .sum()
     };
     if runs.iter().all(|s| moved(s) > 0) {
-        out.push(metric("throughput", Unit::BytesPerSec, runs, |s| {
+        out.push(metric("throughput", Kind::Throughput, runs, |s| {
             let t = (s.trace.wall_ns + s.syncfs_ns) as f64 / 1e9;
             if t > 0.0 { moved(s) as f64 / t } else { 0.0 }
         }));
@@ -114,18 +184,22 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
     let Some(first) = runs.first() else {
         return out;
     };
-    // What the off-CPU time waited for (needs stacks), where it is 1 % of wall or more.
+    // What the off-CPU time waited for (needs stacks), where it is 1 % of wall or more;
+    // waiting for a CPU is the run-queue class under another name.
     for (what, _) in waited_for_medians(runs) {
+        if what == RUN_QUEUE_WAKER {
+            continue;
+        }
         let values: Vec<f64> = runs.iter().map(|s| waited_ns(s, &what) as f64).collect();
         if values
             .iter()
             .any(|v| *v >= 0.01 * first.trace.wall_ns as f64)
         {
             out.push(Metric {
-                name: format!("waited for {what}"),
-                unit: ns,
-                higher_is_worse: true,
                 values,
+                ..metric(&format!("waited for {what}"), Kind::WaitedFor, runs, |_| {
+                    0.0
+                })
             });
         }
     }
@@ -140,24 +214,18 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
                 .syscalls
                 .iter()
                 .find(|x| x.name == sc.name)
+                .filter(|x| x.count >= min_calls(p99))
                 .map(|x| if p99 { x.latency.p99 } else { x.latency.p50 } as f64)
         };
-        for (label, p99) in [("p50", false), ("p99", true)] {
+        for (kind, p99) in [(Kind::LatencyP50, false), (Kind::LatencyP99, true)] {
             let values: Option<Vec<f64>> = runs.iter().map(|s| get(s, p99)).collect();
             if let Some(values) = values {
-                out.push(Metric {
-                    name: format!("{} {label}", sc.name),
-                    unit: ns,
-                    higher_is_worse: true,
-                    values,
-                });
+                let label = if p99 { "p99" } else { "p50" };
+                out.push(latency(format!("{} {label}", sc.name), kind, values));
             }
         }
     }
     for b in &first.trace.profile.block {
-        if b.completions < 10 {
-            continue;
-        }
         let values: Option<Vec<f64>> = runs
             .iter()
             .map(|s| {
@@ -166,17 +234,31 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
                     .block
                     .iter()
                     .find(|x| x.class == b.class)
+                    .filter(|x| x.completions >= min_calls(true))
                     .map(|x| x.device_latency.p99 as f64)
             })
             .collect();
         if let Some(values) = values {
-            out.push(Metric {
-                name: format!("block {} device p99", b.class),
-                unit: ns,
-                higher_is_worse: true,
-                values,
-            });
+            let name = format!("block {} device p99", b.class);
+            out.push(latency(name, Kind::LatencyP99, values));
         }
     }
     out
+}
+
+/// Calls (or requests) a pass needs for a percentile to be a figure: a p99 of fewer than 100
+/// is the slowest one (one event, measured: a 10× swing between identical runs), a p50 of
+/// fewer than 10 one of a handful.
+fn min_calls(p99: bool) -> u64 {
+    if p99 { 100 } else { 10 }
+}
+
+fn latency(name: String, kind: Kind, values: Vec<f64>) -> Metric {
+    Metric {
+        name,
+        kind,
+        higher_is_worse: true,
+        values,
+        resolution: Resolution::Bucket(BUCKET_WIDTH),
+    }
 }

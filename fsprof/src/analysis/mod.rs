@@ -5,3 +5,4 @@ pub mod compare;
 pub mod explain;
 pub mod metrics;
 pub mod stats;
+pub mod verdict;

@@ -1,23 +1,11 @@
-//! Welch's t-test: the passes of two runs are two small samples with possibly different
-//! variances; it gives the p-value of "the means differ" and a confidence interval of the
-//! difference.
-
-use statrs::distribution::{ContinuousCDF, StudentsT};
+//! Plain statistics over passes: mean, median, and Benjamini–Hochberg q-values over a family
+//! of tests.
 
 pub fn mean(v: &[f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
     v.iter().sum::<f64>() / v.len() as f64
-}
-
-/// Sample variance (n − 1).
-pub fn variance(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64
 }
 
 /// Median of integer figures (0 for none): what the tables print over passes.
@@ -30,39 +18,20 @@ pub fn median(mut v: Vec<u64>) -> u64 {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Welch {
-    /// Two-sided p-value of "mean(b) ≠ mean(a)".
-    pub p: f64,
-    /// 95 % confidence interval of mean(b) − mean(a).
-    pub ci: (f64, f64),
-}
-
-/// None with fewer than two values on a side (no variance to test against).
-pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
-    if a.len() < 2 || b.len() < 2 {
-        return None;
+/// Benjamini–Hochberg q-values of `p`, in order: flagging every q ≤ alpha keeps the
+/// expected share of false flags among the flags at most alpha (independent or positively
+/// dependent tests), and with no real change any flag at all has probability ≤ alpha.
+pub fn bh_qvalues(p: &[f64]) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]));
+    let mut q = vec![1.0; m];
+    let mut running: f64 = 1.0;
+    for (rank, &i) in order.iter().enumerate().rev() {
+        running = running.min(p[i] * m as f64 / (rank + 1) as f64);
+        q[i] = running.min(1.0);
     }
-    let (na, nb) = (a.len() as f64, b.len() as f64);
-    let (va, vb) = (variance(a) / na, variance(b) / nb);
-    let diff = mean(b) - mean(a);
-    let se = (va + vb).sqrt();
-    if se == 0.0 {
-        // Identical passes on both sides: any difference is exact.
-        let p = if diff == 0.0 { 1.0 } else { 0.0 };
-        return Some(Welch {
-            p,
-            ci: (diff, diff),
-        });
-    }
-    let df = (va + vb).powi(2) / (va.powi(2) / (na - 1.0) + vb.powi(2) / (nb - 1.0));
-    let t = StudentsT::new(0.0, 1.0, df).ok()?;
-    let p = 2.0 * (1.0 - t.cdf((diff / se).abs()));
-    let q = t.inverse_cdf(0.975);
-    Some(Welch {
-        p,
-        ci: (diff - q * se, diff + q * se),
-    })
+    q
 }
 
 #[cfg(test)]
@@ -70,12 +39,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn welch_matches_reference() {
-        // t = 1.9757, df = 7.711: p = 0.08496 (the t density integrated numerically).
-        let w = welch(&[1., 2., 3., 4., 5.], &[3., 4., 5., 6., 8.]).unwrap();
-        assert!((w.p - 0.08496).abs() < 0.0005, "{w:?}");
-        assert!(w.ci.0 < 2.2 && w.ci.1 > 2.2);
-        assert_eq!(welch(&[1., 1.], &[1., 1.]).unwrap().p, 1.0);
-        assert!(welch(&[1.0], &[2.0, 3.0]).is_none());
+    fn bh_matches_reference() {
+        // R: p.adjust(c(0.01, 0.04, 0.03, 0.005, 0.5), "BH") = 0.025 0.05 0.05 0.025 0.5
+        let q = bh_qvalues(&[0.01, 0.04, 0.03, 0.005, 0.5]);
+        let want = [0.025, 0.05, 0.05, 0.025, 0.5];
+        for (a, b) in q.iter().zip(want) {
+            assert!((a - b).abs() < 1e-12, "{q:?}");
+        }
     }
 }

@@ -100,7 +100,23 @@ fn list(vm: &args::VmArgs, dir: &std::path::Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Commands that only read files and print: a reader that stops reading (`| head`) ends
+/// them quietly, as it ends any Unix filter, instead of a panic on the closed pipe.
+fn end_quietly_on_closed_pipe() {
+    // SAFETY: restores the default disposition before any thread exists; nothing else of
+    // fsprof depends on SIGPIPE being ignored in these commands.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn dispatch(cmd: Cmd) -> Result<ExitCode> {
+    if matches!(
+        cmd,
+        Cmd::Report(_) | Cmd::Compare(_) | Cmd::Explain(_) | Cmd::FlameDiff(_)
+    ) {
+        end_quietly_on_closed_pipe();
+    }
     match cmd {
         Cmd::Trace(a) => trace_cmd::trace_cmd(a),
         Cmd::Run(a) => run_cmd::run_cmd(a),

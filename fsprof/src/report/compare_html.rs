@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::Result;
 
-use super::{escape as esc, flame};
+use super::{compare_table, escape as esc, flame};
 use crate::{
     aggregate::folded::{self, Folded, Kind},
     analysis::compare::{Comparison, Verdict},
@@ -52,10 +52,13 @@ pub fn write(
          .regression{color:#b00}.improvement{color:#070}object{width:100%;height:560px;border:1px solid #ccc}\
          </style></head><body><h1>fsprof compare</h1>",
     );
+    for line in compare_table::header(c).lines() {
+        let _ = write!(o, "<p>{}</p>", esc(line));
+    }
     for n in &c.notes {
         let _ = write!(o, "<p>note: {}</p>", esc(n));
     }
-    o.push_str("<table><tr><th>cell</th><th>figure</th><th>base</th><th>new</th><th>change</th><th>95% CI</th><th>p</th><th>verdict</th></tr>");
+    o.push_str("<table><tr><th>cell</th><th>figure</th><th>base</th><th>new</th><th>change</th><th>95% CI</th><th>q</th><th>passes</th><th>verdict</th></tr>");
     let mut cells: Vec<(String, String)> = Vec::new();
     for r in c.flagged() {
         let class = if r.verdict == Verdict::Regression {
@@ -63,28 +66,20 @@ pub fn write(
         } else {
             "improvement"
         };
-        let _ = write!(
-            o,
-            "<tr class=\"{class}\"><td>{} {}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:+.1}%</td><td>{}</td><td>{}</td><td>{class}</td></tr>",
-            esc(&r.fs),
-            esc(&r.step),
-            esc(&r.metric),
-            r.base,
-            r.new,
-            r.change_pct,
-            r.ci_pct
-                .map(|(a, b)| format!("[{a:+.1}, {b:+.1}]%"))
-                .unwrap_or_default(),
-            r.p.map(|p| format!("{p:.3}")).unwrap_or_default(),
-        );
+        o.push_str(&format!("<tr class=\"{class}\">"));
+        for v in compare_table::cells_of(r) {
+            let _ = write!(o, "<td>{}</td>", esc(&v));
+        }
+        o.push_str("</tr>");
         let cell = (r.fs.clone(), r.step.clone());
         if !cells.contains(&cell) {
             cells.push(cell);
         }
     }
     o.push_str("</table>");
+    let _ = write!(o, "<p>{}</p>", esc(&compare_table::tally(c, true)));
     if cells.is_empty() {
-        o.push_str("<p>No significant change.</p>");
+        o.push_str("<p>No clear change.</p>");
     }
     for (fs, step) in &cells {
         let _ = write!(o, "<h2>{} {}: new against base</h2>", esc(fs), esc(step));

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::table::table;
-use crate::analysis::compare::{CompareOptions, Comparison, Row, Verdict};
+use crate::analysis::compare::{Comparison, Row, Verdict};
 use crate::units::{bytes, duration_ns};
 
 fn value(r: &Row, v: f64) -> String {
@@ -13,34 +13,82 @@ fn value(r: &Row, v: f64) -> String {
     }
 }
 
-fn verdict(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Regression => "REGRESSION",
-        Verdict::Improvement => "improvement",
-        Verdict::Noise => "noise",
-        Verdict::Unchanged => "",
-        Verdict::Untested => "untested (1 pass)",
+fn verdict(r: &Row) -> String {
+    match (r.verdict, r.passes_needed) {
+        (Verdict::Regression, _) => "REGRESSION".into(),
+        (Verdict::Improvement, _) => "improvement".into(),
+        (Verdict::Inconclusive, Some(n)) => format!("inconclusive: {n} passes a side"),
+        (Verdict::Inconclusive, None) => "inconclusive: > 50 passes a side".into(),
+        (Verdict::Unchanged, _) => String::new(),
     }
 }
 
-pub fn render(c: &Comparison, opts: &CompareOptions, all: bool) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "fsprof compare: {} figures of {} cells; flagged when |change| ≥ {:.1} % and Welch's t-test p < {} over the passes",
-        c.rows.len(),
-        {
-            let mut cells: Vec<(&str, &str)> = c
-                .rows
-                .iter()
-                .map(|r| (r.fs.as_str(), r.step.as_str()))
-                .collect();
-            cells.dedup();
-            cells.len()
-        },
-        100.0 * opts.threshold,
-        opts.alpha
-    );
+/// The change in %, or "from 0".
+pub fn change(r: &Row) -> String {
+    r.change_pct
+        .map_or_else(|| "from 0".into(), |c| format!("{c:+.1}%"))
+}
+
+/// The header: what was tested, the rule and the error it allows.
+pub fn header(c: &Comparison) -> String {
+    let mut cells: Vec<(&str, &str)> = c
+        .rows
+        .iter()
+        .map(|r| (r.fs.as_str(), r.step.as_str()))
+        .collect();
+    cells.dedup();
+    let r = &c.rule;
+    let spread: Vec<String> = r
+        .spread
+        .iter()
+        .filter(|k| k.prior_df != Some(0.0))
+        .map(|k| format!("{} ±{:.0} %", k.kind, k.typical_pct))
+        .collect();
+    format!(
+        "fsprof compare: {} figures of {} cells tested, each once ({} aliases merged); flagged when \
+         |change| ≥ {:.1} % and Benjamini–Hochberg q ≤ {} over all {}: if nothing changed, ~{} \
+         false flags expected (a flag at all in ≤ {:.0} % of comparisons), else ≤ {:.0} % of the flags \
+         (runs whose machine drifted beyond what their passes show can add more: docs/design.md)\n\
+         each figure's spread moderated toward its kind's typical spread a pass: {}\n",
+        r.figures,
+        cells.len(),
+        r.aliases,
+        r.threshold_pct,
+        r.fdr,
+        r.figures,
+        r.fdr,
+        100.0 * r.fdr,
+        100.0 * r.fdr,
+        if spread.is_empty() {
+            "none (too few figures of a kind)".into()
+        } else {
+            spread.join(", ")
+        }
+    )
+}
+
+pub fn cells_of(r: &Row) -> Vec<String> {
+    let name = std::iter::once(r.metric.clone())
+        .chain(r.aliases.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(" = ");
+    vec![
+        format!("{} {}", r.fs, r.step),
+        name,
+        value(r, r.base),
+        value(r, r.new),
+        change(r),
+        r.ci_pct
+            .map(|(a, b)| format!("[{a:+.1}, {b:+.1}]%"))
+            .unwrap_or_else(|| "-".into()),
+        r.q.map(|q| format!("{q:.3}")).unwrap_or_else(|| "-".into()),
+        format!("{}/{}", r.n_base, r.n_new),
+        verdict(r),
+    ]
+}
+
+pub fn render(c: &Comparison, all: bool) -> String {
+    let mut o = header(c);
     for n in &c.notes {
         let _ = writeln!(o, "note: {n}");
     }
@@ -48,52 +96,42 @@ pub fn render(c: &Comparison, opts: &CompareOptions, all: bool) -> String {
         .rows
         .iter()
         .filter(|r| all || matches!(r.verdict, Verdict::Regression | Verdict::Improvement))
-        .map(|r| {
-            vec![
-                format!("{} {}", r.fs, r.step),
-                r.metric.clone(),
-                value(r, r.base),
-                value(r, r.new),
-                format!("{:+.1}%", r.change_pct),
-                r.ci_pct
-                    .map(|(a, b)| format!("[{a:+.1}, {b:+.1}]%"))
-                    .unwrap_or_else(|| "-".into()),
-                r.p.map(|p| format!("{p:.3}")).unwrap_or_else(|| "-".into()),
-                format!("{}/{}", r.n_base, r.n_new),
-                verdict(r.verdict).to_string(),
-            ]
-        })
+        .map(cells_of)
         .collect();
     if rows.is_empty() {
-        let _ = writeln!(o, "no significant change");
+        let _ = writeln!(o, "no clear change");
     } else {
         o.push_str(&table(
             &[
-                "cell", "figure", "base", "new", "change", "95% CI", "p", "passes", "verdict",
+                "cell", "figure", "base", "new", "change", "95% CI", "q", "passes", "verdict",
             ],
             &rows,
         ));
     }
-    let reg = c
-        .rows
-        .iter()
-        .filter(|r| r.verdict == Verdict::Regression)
-        .count();
-    let imp = c
-        .rows
-        .iter()
-        .filter(|r| r.verdict == Verdict::Improvement)
-        .count();
-    let untested = c
-        .rows
-        .iter()
-        .filter(|r| r.verdict == Verdict::Untested)
-        .count();
-    let _ = writeln!(o, "{reg} regressions, {imp} improvements");
-    if untested > 0 {
+    o.push_str(&tally(c, all));
+    o
+}
+
+/// The count of each verdict, and what would settle the inconclusive ones.
+pub fn tally(c: &Comparison, all: bool) -> String {
+    let mut o = format!(
+        "{} regressions, {} improvements\n",
+        c.count(Verdict::Regression),
+        c.count(Verdict::Improvement)
+    );
+    let unclear = c.count(Verdict::Inconclusive);
+    if unclear > 0 {
+        let settle = c
+            .rows
+            .iter()
+            .filter(|r| r.verdict == Verdict::Inconclusive && r.passes_needed.is_some())
+            .count();
         let _ = writeln!(
             o,
-            "{untested} large changes untested: a side has one pass (use --passes 3 for significance)"
+            "{unclear} changes of ≥ {:.1} % inconclusive{}: up to 50 passes a side would settle {settle} \
+             of them if they are what they seem",
+            c.rule.threshold_pct,
+            if all { "" } else { " (--all lists them)" },
         );
     }
     o

@@ -39,6 +39,7 @@ fn main() {
         root overhead::bpf_stats_end_with_fsprof_also_after_sigterm,
         root reports::html_report_renders_in_chromium,
         root reports::compare_flags_nothing_against_itself_and_an_injected_slowdown,
+        root reports::identical_runs_flag_at_most_one_figure_and_data_journal_is_found,
         root reports::explain_names_io_wait_and_the_write_path_of_direct_io,
         root reports::broken_results_give_one_line_errors,
         root run::quick_suite_fills_every_cell,

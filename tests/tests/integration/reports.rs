@@ -1,7 +1,8 @@
 //! Reports for people, on real runs: the HTML report renders in headless Chromium with every
 //! chart drawn and no script error; compare flags nothing against itself and flags a step
-//! made slower on purpose (and exits non-zero for CI); explain names I/O wait and the write
-//! path for a direct-I/O writer; broken inputs give one-line errors.
+//! made slower on purpose (and exits non-zero for CI); two identical runs flag at most one
+//! figure and ext4's data=journal is found where it costs; explain names I/O wait and the
+//! write path for a direct-I/O writer; broken inputs give one-line errors.
 
 use std::{
     path::{Path, PathBuf},
@@ -166,6 +167,7 @@ pub fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
     let out = String::from_utf8_lossy(&same.stdout);
     assert_eq!(same.status.code(), Some(0), "{out}");
     assert!(out.contains("0 regressions, 0 improvements"), "{out}");
+    assert!(out.contains("Benjamini–Hochberg q ≤ 0.01"), "{out}");
     // The same step forced to fsync every file.
     let slow = "files=for i in $(seq 200); do echo x > {mnt}/f$i; sync {mnt}/f$i; done";
     let new = run(&dir.0, "new", "ext4", 3, &[slow], &[]);
@@ -196,7 +198,11 @@ pub fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
         .find(|r| r["metric"] == "wall")
         .unwrap();
     assert_eq!(wall["verdict"], "regression", "{wall}");
-    assert!(wall["p"].as_f64().unwrap() < 0.05);
+    assert!(wall["q"].as_f64().unwrap() <= 0.01, "{wall}");
+    assert_eq!(
+        c["rule"]["figures"].as_u64(),
+        Some(c["rows"].as_array().unwrap().len() as u64)
+    );
     // ... and says what the extra time waited for (the syncs wait for commits and the disk).
     let waits: Vec<&serde_json::Value> = c["rows"]
         .as_array()
@@ -252,6 +258,84 @@ pub fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
         err.contains("different workloads") && err.lines().count() == 1,
         "{err}"
     );
+}
+
+/// `fsprof run` of quick-suite steps on ext4 and xfs into `dir/tag.json`.
+fn quick(dir: &Path, tag: &str, extra: &[&str]) -> PathBuf {
+    let json = dir.join(format!("{tag}.json"));
+    let out = Command::new(fsprof_bin())
+        .args([
+            "run",
+            "--fs",
+            "ext4,xfs",
+            "--only",
+            "seq-write,seq-read,db,cpu",
+        ])
+        .args(extra)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    json
+}
+
+/// `fsprof compare … --json`: the exit status and the flagged rows.
+fn flags(dir: &Path, base: &Path, new: &Path) -> (Option<i32>, Vec<serde_json::Value>) {
+    let json = dir.join("cmp.json");
+    let out = fsprof(&[
+        "compare",
+        s(base),
+        s(new),
+        "--fail-on-regression",
+        "--json",
+        s(&json),
+    ]);
+    let c: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(c["rule"]["figures"].as_u64().unwrap() > 50, "{c:#}");
+    let flagged = c["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["verdict"] == "regression" || r["verdict"] == "improvement")
+        .cloned()
+        .collect();
+    (out.status.code(), flagged)
+}
+
+/// The calibration pair at test size (`cargo xtask verdicts` runs it on the whole suite):
+/// runs A, B, A, where B mounts ext4 with data=journal and xfs is left as it was.
+pub fn identical_runs_flag_at_most_one_figure_and_data_journal_is_found() {
+    let dir = TempDir::new("verdicts");
+    let a1 = quick(&dir.0, "a1", &[]);
+    let b = quick(&dir.0, "b", &["--mount-opts", "ext4:data=journal"]);
+    let a2 = quick(&dir.0, "a2", &[]);
+    let (status, aa) = flags(&dir.0, &a1, &a2);
+    assert!(aa.len() <= 1, "identical runs: {aa:#?}");
+    let regressed = aa.iter().any(|r| r["verdict"] == "regression");
+    assert_eq!(status, Some(i32::from(regressed)));
+    let (status, ab) = flags(&dir.0, &a1, &b);
+    assert_eq!(status, Some(1), "{ab:#?}");
+    // Journalling the data costs the writers: each is flagged, as a regression, on ext4.
+    for step in ["seq-write", "db"] {
+        let cell: Vec<&serde_json::Value> = ab
+            .iter()
+            .filter(|r| r["fs"] == "ext4" && r["step"] == step)
+            .collect();
+        assert!(
+            cell.iter().any(|r| r["verdict"] == "regression"),
+            "{step}: {ab:#?}"
+        );
+        assert!(
+            !cell
+                .iter()
+                .any(|r| r["metric"] == "wall" && r["verdict"] == "improvement"),
+            "{ab:#?}"
+        );
+    }
+    // xfs, untouched, is the control.
+    let xfs = ab.iter().filter(|r| r["fs"] == "xfs").count();
+    assert!(xfs <= 1, "{ab:#?}");
 }
 
 pub fn explain_names_io_wait_and_the_write_path_of_direct_io() {
