@@ -47,7 +47,11 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', default_value = "ext4,xfs,btrfs")]
         fs: Vec<String>,
         /// The B side's extra `fsprof run` arguments.
-        #[arg(long, default_value = "--mount-opts ext4:data=journal")]
+        #[arg(
+            long,
+            default_value = "--mount-opts ext4:data=journal",
+            allow_hyphen_values = true
+        )]
         b: String,
         /// Steps B must be flagged as a regression in.
         #[arg(long, value_delimiter = ',', default_value = "db,seq-write")]
@@ -59,7 +63,7 @@ enum Cmd {
         #[arg(long, default_value_t = 12)]
         cells: usize,
         /// Extra `fsprof run` arguments for both sides, e.g. "--only db --passes 5".
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", allow_hyphen_values = true)]
         run: String,
     },
     /// The bench's syscall-cost target: `calls` getpid syscalls, the mean ns each written to
