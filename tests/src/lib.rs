@@ -116,6 +116,22 @@ pub fn sysfs_block_stat(dev: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// Waits (at most 5 s) until the device's /sys/block stat has not moved for 300 ms: a
+/// request that completes between a probe attaching and a stat snapshot (or between the
+/// last snapshot and the probes' read-out) would be counted by one side only.
+pub fn wait_block_idle(dev: &Path) {
+    let start = std::time::Instant::now();
+    let mut last = sysfs_block_stat(dev);
+    while start.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = sysfs_block_stat(dev);
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
 /// Fails with the command's stderr unless it exited 0.
 pub fn assert_success(out: &std::process::Output) {
     assert!(

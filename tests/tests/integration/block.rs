@@ -54,6 +54,7 @@ pub fn loop_device_bytes_equal_sysfs_stat() {
     let mut attempts = Vec::new();
     let profile = loop {
         let k = attempts.len();
+        wait_block_idle(fs.device_path());
         let mut probes = Probes::load(&ProbeOptions {
             devices: vec![dev],
             ..Default::default()
@@ -67,6 +68,7 @@ pub fn loop_device_bytes_equal_sysfs_stat() {
         let held = target::spawn_held(&argv(&["sh", "-c", &script]), Some(&mnt)).unwrap();
         probes.follow(held.pid(), false).unwrap();
         let exit = held.run().unwrap();
+        wait_block_idle(fs.device_path());
         let after = sysfs_block_stat(fs.device_path());
         let (profile, _) = aggregate::collect(&probes).unwrap();
         assert_eq!(exit.code, Some(0));
