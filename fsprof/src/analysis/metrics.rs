@@ -57,8 +57,8 @@ pub struct Metric {
     /// True when a larger value is worse (times, latencies); false for throughput.
     pub higher_is_worse: bool,
     pub values: Vec<f64>,
-    /// How finely the figure is measured: one sample period for sampled figures (their
-    /// count is Poisson), the relative bucket width for percentiles; 0 when exact.
+    /// How finely the figure is measured: a sample period for sampled figures (their count
+    /// is Poisson), the relative bucket width for percentiles.
     pub resolution: Resolution,
 }
 

@@ -172,12 +172,16 @@ fn inverse_trigamma(y: f64) -> f64 {
 /// moment matching on log s²). (s₀², d₀); d₀ = 0 with too few figures.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Prior {
-    s0: f64,
+    /// s₀²: the kind's typical variance of one pass on the log scale.
+    s0_sq: f64,
     d0: f64,
 }
 
 impl Prior {
-    const NONE: Prior = Prior { s0: 0.0, d0: 0.0 };
+    const NONE: Prior = Prior {
+        s0_sq: 0.0,
+        d0: 0.0,
+    };
 
     fn fit(spreads: &[(f64, f64)]) -> Prior {
         let pos: Vec<(f64, f64)> = spreads.iter().copied().filter(|(v, _)| *v > 0.0).collect();
@@ -194,13 +198,13 @@ impl Prior {
             - pos.iter().map(|(_, d)| trigamma(d / 2.0)).sum::<f64>() / n;
         if evar <= 0.0 {
             return Prior {
-                s0: emean.exp(),
+                s0_sq: emean.exp(),
                 d0: DF_INFINITE,
             };
         }
         let d0 = (2.0 * inverse_trigamma(evar)).min(DF_INFINITE);
         Prior {
-            s0: (emean + digamma(d0 / 2.0) - (d0 / 2.0).ln()).exp(),
+            s0_sq: (emean + digamma(d0 / 2.0) - (d0 / 2.0).ln()).exp(),
             d0,
         }
     }
@@ -211,7 +215,7 @@ impl Prior {
         let (var, df, [nb, nn]) = c.spread?;
         let (nb, nn) = n.map_or((nb, nn), |n| (n, n));
         let df = n.map_or(df, |n| 2.0 * n - 2.0);
-        let post = (self.d0 * self.s0 + df * var) / (self.d0 + df);
+        let post = (self.d0 * self.s0_sq + df * var) / (self.d0 + df);
         let se = (post * (1.0 / nb + 1.0 / nn)).sqrt();
         if se <= 0.0 {
             return Some((if c.d == 0.0 { 1.0 } else { 0.0 }, 0.0));
@@ -297,7 +301,7 @@ pub fn judge(pairs: &[(&Metric, &Metric)], rule: &Rule) -> Family {
             .map(|(k, figures, p)| KindSpread {
                 kind: k.into(),
                 figures: *figures,
-                typical_pct: 100.0 * (p.s0.sqrt().exp() - 1.0),
+                typical_pct: 100.0 * (p.s0_sq.sqrt().exp() - 1.0),
                 prior_df: (p.d0 < DF_INFINITE).then_some(p.d0),
             })
             .collect(),
