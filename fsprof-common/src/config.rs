@@ -55,11 +55,31 @@ pub struct ProbeConfig {
     pub request_tag: u32,
     pub request_mq_hctx: u32,
     pub hctx_queue_num: u32,
+    /// offsetof(struct task_struct, self_exec_id): a process image's generation.
+    pub task_exec_id: u32,
+    /// offsetof(struct vm_area_struct, vm_start / vm_end / vm_flags / vm_pgoff / vm_file),
+    /// (struct file, f_inode), (struct inode, i_ino / i_sb), (struct super_block, s_dev):
+    /// the unwinder's way from an address to a file (see fsprof_common::unwind).
+    pub vma_start: u32,
+    pub vma_end: u32,
+    pub vma_flags: u32,
+    pub vma_pgoff: u32,
+    pub vma_file: u32,
+    pub file_inode: u32,
+    pub inode_ino: u32,
+    pub inode_sb: u32,
+    pub sb_dev: u32,
+    /// User frames kept per stack (≤ USTACK_DEPTH).
+    pub user_depth: u32,
+    /// offsetof(struct task_struct, mm), (struct mm_struct, start_code).
+    pub task_mm: u32,
+    pub mm_start_code: u32,
+    pub _pad: u32,
 }
 
 // Passed to the kernel as plain bytes (aya::Pod): no implicit padding anywhere.
 const _: () =
-    assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4 + 8 + 2 * 4 + 6 * 4);
+    assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4 + 8 + 2 * 4 + 20 * 4);
 
 // Task state bits (include/linux/sched.h); #defines, so not in BTF, and stable for decades.
 pub const TASK_INTERRUPTIBLE: u32 = 0x1;

@@ -8,6 +8,7 @@ pub mod config;
 pub mod hist;
 pub mod kdev;
 pub mod maps;
+pub mod unwind;
 
 pub use config::ProbeConfig;
 pub use maps::*;

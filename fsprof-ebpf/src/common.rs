@@ -42,6 +42,20 @@ pub static CONFIG: ProbeConfig = ProbeConfig {
     request_tag: 0,
     request_mq_hctx: 0,
     hctx_queue_num: 0,
+    task_exec_id: 0,
+    vma_start: 0,
+    vma_end: 0,
+    vma_flags: 0,
+    vma_pgoff: 0,
+    vma_file: 0,
+    file_inode: 0,
+    inode_ino: 0,
+    inode_sb: 0,
+    sb_dev: 0,
+    user_depth: 0,
+    task_mm: 0,
+    mm_start_code: 0,
+    _pad: 0,
 };
 
 /// Threads being followed: the target and everything it forks.
@@ -150,6 +164,13 @@ pub fn lost(kind: Lost) {
 #[inline(always)]
 pub fn count(counter: Counter) {
     bump(&EVENTS, counter as u32);
+}
+
+#[inline(always)]
+pub fn count_n(counter: Counter, n: u64) {
+    if let Some(p) = EVENTS.get_ptr_mut(counter as u32) {
+        unsafe { *p += n };
+    }
 }
 
 /// Runs per program: exact counts beside the kernel's run statistics, which are on only

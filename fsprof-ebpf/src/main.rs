@@ -14,6 +14,7 @@ mod offcpu;
 mod sched;
 mod stacks;
 mod syscalls;
+mod unwind;
 
 #[cfg(not(test))]
 #[panic_handler]

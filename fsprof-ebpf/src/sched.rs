@@ -115,7 +115,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         let mut user = cached_ustack;
         if stacks && unsafe { offcpu::awaiting(t) } {
             if user == 0 && state & TASK_DEAD == 0 {
-                user = capture_user(ctx.as_ptr(), SLOT_SCHED, current_tgid());
+                user = capture_user(SLOT_SCHED, current_tgid());
             }
             unsafe { offcpu::complete(t, prev_tid, user) };
         }
@@ -135,7 +135,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             // Inside a syscall the user stack waits until a stack is picked: the thread's
             // next switch-out or syscall exit takes it.
             if stacks && user == 0 && (!in_syscall || period == 0) {
-                user = capture_user(ctx.as_ptr(), SLOT_SCHED, current_tgid());
+                user = capture_user(SLOT_SCHED, current_tgid());
             }
             unsafe {
                 // Kept for the next episode of the same syscall only.

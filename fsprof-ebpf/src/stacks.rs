@@ -6,7 +6,7 @@
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_F_USER_BUILD_ID, BPF_F_USER_STACK, BPF_NOEXIST, task_struct},
+    bindings::{BPF_NOEXIST, task_struct},
     helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_get_smp_processor_id, generated},
     macros::{map, perf_event},
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
@@ -14,11 +14,13 @@ use aya_ebpf::{
 };
 use fsprof_common::{
     Counter, MAX_STACK_WEIGHTS, MAX_STACKS, MAX_WAKE_WEIGHTS, PF_KTHREAD, Program,
-    STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserBuildIds, UserLeafKey, UserStackKey, WakeKey,
-    Weight, WeightKey,
+    STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserStackKey, WakeKey, Weight, WeightKey,
 };
 
-use crate::common::{conf, count, current_tgid, current_tid, entry, followed, ran, read_kernel};
+use crate::{
+    common::{conf, count, current_tgid, current_tid, entry, followed, ran, read_kernel},
+    unwind,
+};
 
 /// Whole stack (kernel frames + user stack id) → id (0 means "no stack").
 #[map]
@@ -27,19 +29,6 @@ static STACK_IDS: HashMap<StackKey, u32> = HashMap::with_max_entries(MAX_STACKS,
 /// User stack → id, in the same id space as STACK_IDS.
 #[map]
 static USER_STACK_IDS: HashMap<UserStackKey, u32> = HashMap::with_max_entries(MAX_STACKS, 0);
-
-/// User stack id → its frames as (build id, file offset), captured for the first user stack
-/// whose leaf is in a (process, code page): a capture costs ~16 µs, and a program built
-/// without frame pointers makes a new "user stack" (garbage past the leaf) at nearly every
-/// syscall that blocks (3,300 captures, 56 ms, in an xfs tree delete), and a sample in user
-/// code a new leaf address at nearly every sample. Userspace places the other stacks' frames
-/// by the mappings these captures reveal; a page lies in one mapping, so each leaf's file
-/// is still learned.
-#[map]
-static USER_BUILD_IDS: HashMap<u32, UserBuildIds> = HashMap::with_max_entries(MAX_STACKS, 0);
-
-#[map]
-static USER_LEAVES: HashMap<UserLeafKey, u8> = HashMap::with_max_entries(MAX_STACKS, 0);
 
 #[map]
 static STACK_WEIGHTS: PerCpuHashMap<WeightKey, Weight> =
@@ -67,18 +56,11 @@ pub const SLOT_SCHED: u32 = 0;
 pub const SLOT_SAMPLE: u32 = 1;
 pub const SLOT_WAKE: u32 = 2;
 pub const SLOT_SYSCALL: u32 = 3;
-const SLOTS: u32 = 4;
+const SLOTS: u32 = unwind::SLOTS;
 #[map]
 static KEY_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(SLOTS, 0);
-#[map]
-static BUILD_ID_SCRATCH: PerCpuArray<UserBuildIds> = PerCpuArray::with_max_entries(SLOTS, 0);
-#[map]
-static USER_KEY_SCRATCH: PerCpuArray<UserStackKey> = PerCpuArray::with_max_entries(SLOTS, 0);
 
 const KSTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::KSTACK_DEPTH]>() as u32;
-const USTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::USTACK_DEPTH]>() as u32;
-const PAGE_SIZE: u64 = 4096;
-const BUILD_ID_BYTES: u32 = core::mem::size_of::<UserBuildIds>() as u32;
 
 #[inline(always)]
 fn get_stack(ctx: *mut core::ffi::c_void, buf: *mut u64, size: u32, flags: u64) -> i64 {
@@ -115,50 +97,20 @@ fn id_of<K>(ids: &HashMap<K, u32>, key: &K) -> Option<(u32, bool)> {
     Some((id, true))
 }
 
-/// Id of the current thread's user stack, creating it (and its build-id form) when new;
-/// 0 when there is none or it cannot be had (counted).
+/// Id of the current thread's user stack (see `unwind`), creating it when new; 0 when
+/// there is none or it cannot be had (counted).
 #[inline(always)]
-pub fn capture_user(ctx: *mut core::ffi::c_void, slot: u32, tgid: u32) -> u32 {
-    let Some(ukey) = USER_KEY_SCRATCH.get_ptr_mut(slot) else {
+pub fn capture_user(slot: u32, tgid: u32) -> u32 {
+    let Some(key) = unwind::user_stack(slot, tgid) else {
         return 0;
     };
-    let ukey = unsafe { &mut *ukey };
-    ukey.tgid = tgid;
-    ukey._pad = 0;
-    // Zero-filled past the last frame, on success and on failure (see capture).
-    let bytes = get_stack(
-        ctx,
-        ukey.user.as_mut_ptr(),
-        USTACK_BYTES,
-        BPF_F_USER_STACK as u64,
-    );
-    if bytes <= 0 {
-        if bytes < 0 {
+    match id_of(&USER_STACK_IDS, unsafe { &*key }) {
+        Some((id, _)) => id,
+        None => {
             count(Counter::UserStackFailed);
-        }
-        return 0;
-    }
-    let Some((id, made)) = id_of(&USER_STACK_IDS, ukey) else {
-        count(Counter::UserStackFailed);
-        return 0;
-    };
-    let leaf = UserLeafKey {
-        tgid,
-        _pad: 0,
-        ip: ukey.user[0] & !(PAGE_SIZE - 1),
-    };
-    if made
-        && USER_LEAVES.insert(&leaf, &0, BPF_NOEXIST as u64).is_ok()
-        && let Some(ids) = BUILD_ID_SCRATCH.get_ptr_mut(slot)
-    {
-        let flags = (BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) as u64;
-        if get_stack(ctx, ids.cast(), BUILD_ID_BYTES, flags) > 0
-            && USER_BUILD_IDS.insert(&id, unsafe { &*ids }, 0).is_err()
-        {
-            count(Counter::BuildIdTableFull);
+            0
         }
     }
-    id
 }
 
 /// Fills the key's identity fields and kernel frames (`unwind` writes them; negative:
@@ -289,7 +241,7 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     let user = if kthread {
         0
     } else {
-        capture_user(ctx.as_ptr(), SLOT_SAMPLE, current_tgid())
+        capture_user(SLOT_SAMPLE, current_tgid())
     };
     let id = capture(ctx.as_ptr(), SLOT_SAMPLE, kthread, user);
     add_weight(id, class, conf!(sample_period_ns), 1);

@@ -4,7 +4,6 @@
 //! one clock read per hook on top of what any program on these hooks costs.
 
 use aya_ebpf::{
-    EbpfContext,
     macros::{map, raw_tracepoint},
     maps::{Array, PerCpuArray},
     programs::RawTracePointContext,
@@ -15,7 +14,12 @@ use crate::{
     common::{current_tgid, current_tid, followed, hist_add_row, lost, now, on_cpu, ran},
     offcpu,
     stacks::{SLOT_SYSCALL, capture_user},
+    unwind,
 };
+
+/// mmap on x86-64: its return is where the loader put a library's code (see
+/// unwind::learn_mapping).
+const SYS_MMAP: u32 = 9;
 
 #[map]
 static SYSCALLS: PerCpuArray<SyscallStats> = PerCpuArray::with_max_entries(MAX_SYSCALLS, 0);
@@ -62,14 +66,14 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
 /// A stack picked while the thread slept in this syscall takes its user half: the user
 /// stack is the syscall's, still in place until it returns.
 #[inline(always)]
-fn complete_user(ctx: &RawTracePointContext, tid: u32, cached: u32) {
+fn complete_user(tid: u32, cached: u32) {
     let Some(t) = followed(tid) else {
         return;
     };
     let user = if cached != 0 {
         cached
     } else {
-        capture_user(ctx.as_ptr(), SLOT_SYSCALL, current_tgid())
+        capture_user(SLOT_SYSCALL, current_tgid())
     };
     unsafe { offcpu::complete(t, tid, user) };
 }
@@ -88,7 +92,7 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
         }
         if (*c).await_user != 0 {
             (*c).await_user = 0;
-            complete_user(&ctx, tid, (*c).ustack);
+            complete_user(tid, (*c).ustack);
         }
         ((*c).sc_nr, (*c).sc_start, (*c).armed)
     };
@@ -102,6 +106,9 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     }
     let latency = now().saturating_sub(start);
     let ret = ctx.arg::<i64>(1);
+    if nr == SYS_MMAP && ret > 0 && unwind::on() {
+        unwind::learn_mapping(current_tgid(), ret as u64);
+    }
     if nr >= MAX_SYSCALLS {
         lost(Lost::SyscallOutOfRange);
         return 0;
@@ -129,6 +136,17 @@ pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
     let tid = current_tid();
     if let Some(t) = followed(tid) {
         unsafe { (*t).armed = 1 };
+        if unwind::on() {
+            // The kernel mapped the program and its loader; the loader maps the rest.
+            let tgid = current_tgid();
+            unwind::exec_seen(tgid);
+            if let Some(pc) = unwind::user_pc() {
+                unwind::learn_mapping(tgid, pc);
+            }
+            if let Some(text) = unwind::program_text() {
+                unwind::learn_mapping(tgid, text);
+            }
+        }
         if let Some(c) = on_cpu()
             && unsafe { (*c).tid } == tid
         {

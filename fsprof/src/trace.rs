@@ -13,7 +13,6 @@ use crate::{
     aggregate::{
         self, Profile, folded,
         stacks::{self, BackgroundSummary, StackSummary, Stacks},
-        symbols,
     },
     lab::{self, LabFs, quiesce},
     os,
@@ -328,6 +327,13 @@ pub fn run_on_lab(
     run(&opts)
 }
 
+/// Loads the unwind tables of a running process's program and libraries.
+fn preload_running(probes: &Probes, pid: u32) {
+    if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
+        probes.preload_unwind(&exe);
+    }
+}
+
 pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
     signals::install();
     let mut probes = Probes::load(&opts.probes)?;
@@ -346,6 +352,7 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
     };
     match opts.pid {
         Some(pid) => {
+            preload_running(&probes, pid);
             let before = target::process_cpu(pid);
             for (tid, state) in target::process_tree_threads(pid)? {
                 probes.follow_running(tid, state)?;
@@ -366,12 +373,13 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
         None => {
             signals::check()?;
             for &pid in &opts.also_follow {
+                preload_running(&probes, pid);
                 for (tid, state) in target::process_tree_threads(pid)? {
                     probes.follow_running(tid, state)?;
                 }
             }
             if let Ok(p) = target::resolve_program(&opts.command[0]) {
-                symbols::with(|s| s.know_file(&p));
+                probes.preload_unwind(&p);
             }
             let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
             let pid = held.pid();

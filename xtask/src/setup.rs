@@ -15,6 +15,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Debian packages fsprof, its workloads and its tests use (besides the toolchain).
 const TOOLS: &[&str] = &[
     "strace",      // syscall counts to cross-check against
+    "gcc",         // the unwinder's test builds a C program without frame pointers
+    "binutils",    // objcopy/strip: the same program with its symbols in a debug file
     "time",        // GNU /usr/bin/time, to cross-check wall/user/sys
     "util-linux",  // losetup
     "kmod",        // modprobe for filesystem modules

@@ -7,7 +7,6 @@ pub mod histogram;
 pub mod probe_cost;
 pub mod stacks;
 pub mod symbols;
-pub mod user_maps;
 pub mod wakes;
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};

@@ -7,14 +7,13 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap};
 use fsprof_common::{
-    BUILD_ID_VALID, BuildIdFrame, Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass,
-    UserBuildIds, UserStackKey, WakeKey, Weight, WeightKey,
+    Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserStackKey, WakeKey, Weight, WeightKey,
+    unwind::{ImageKey, ProcessMappings, StackEnd},
 };
 use serde::{Deserialize, Serialize};
 
 use super::{
     background, symbols,
-    user_maps::UserMaps,
     wakes::{self, TopWake, WaitedFor, WakeEdge},
 };
 use crate::probes::Probes;
@@ -48,6 +47,8 @@ pub struct WeightedStack {
     pub ns: u64,
     /// Samples (on-CPU) or intervals (off-CPU).
     pub count: u64,
+    /// The user part reaches the program's entry (no "[stack ends: …]" frame).
+    pub user_whole: bool,
 }
 
 impl WeightedStack {
@@ -73,6 +74,8 @@ pub struct Stacks {
     pub distinct: u64,
     /// Blocked intervals of the target by (blocked stack, waker).
     pub wakes: Vec<WakeEdge>,
+    /// The unwinder's counters: stacks, frames, ns.
+    pub unwinder: (u64, u64, u64),
 }
 
 /// A stack shown in reports and kept in the JSON (`explain` reads these).
@@ -107,7 +110,7 @@ pub struct StackSummary {
     pub off_cpu_by_class: BTreeMap<String, u64>,
     pub distinct_stacks: u64,
     /// Failed or dropped stack captures by kind (kernel_stack_failed, user_stack_failed,
-    /// stack_table_full, build_id_table_full, stack_weights_full); empty when none.
+    /// stack_table_full, user_mappings_full, stack_weights_full); empty when none.
     pub capture_problems: BTreeMap<String, u64>,
     pub top_on_cpu: Vec<TopStack>,
     pub top_off_cpu: Vec<TopStack>,
@@ -117,6 +120,80 @@ pub struct StackSummary {
     /// The heaviest (blocked stack, waker) pairs.
     #[serde(default)]
     pub top_wakes: Vec<TopWake>,
+    /// How many user stacks reach the program's entry.
+    #[serde(default)]
+    pub user_stacks: UserCompleteness,
+}
+
+/// How many of the target's user stacks are whole: unwound from the leaf to the program's
+/// entry (`_start`, or `clone3` for a thread), the rest ending in a "[stack ends: …]" frame.
+/// Stacks taken inside execve, between two programs, have no user part and are counted
+/// apart (in `ends` only).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct UserCompleteness {
+    /// On-CPU samples, and those whose user stack is whole.
+    pub on_cpu: u64,
+    pub on_cpu_whole: u64,
+    /// Off-CPU stacks (waits that got one), and those whose user stack is whole.
+    pub off_cpu: u64,
+    pub off_cpu_whole: u64,
+    /// Stacks (samples and waits) by why their user part ends early: the frame's label.
+    pub ends: BTreeMap<String, u64>,
+    /// The unwinder's work: user stacks unwound in the kernel (every capture, new or
+    /// not), their frames, and the time it took, ns (nothing is copied to userspace).
+    #[serde(default)]
+    pub unwound: u64,
+    #[serde(default)]
+    pub frames: u64,
+    #[serde(default)]
+    pub unwind_ns: u64,
+}
+
+impl UserCompleteness {
+    fn add(&mut self, s: &WeightedStack) {
+        let no_code = StackEnd::NoUserCode.label();
+        if s.user.first().is_some_and(|f| f == no_code) {
+            // Between two programs: no user stack to unwind.
+            *self.ends.entry(no_code.to_string()).or_insert(0) += s.count;
+            return;
+        }
+        let (all, whole) = if s.class == TimeClass::OnCpu as u32 {
+            (&mut self.on_cpu, &mut self.on_cpu_whole)
+        } else {
+            (&mut self.off_cpu, &mut self.off_cpu_whole)
+        };
+        *all += s.count;
+        if s.user_whole {
+            *whole += s.count;
+            return;
+        }
+        let end = s.user.first().filter(|f| f.starts_with("[stack ends"));
+        let why = end.map_or("[no user stack]", |f| f.as_str());
+        *self.ends.entry(why.to_string()).or_insert(0) += s.count;
+    }
+
+    /// Adds another trace's figures (a step over passes, a whole run).
+    pub fn merge(&mut self, o: &UserCompleteness) {
+        self.on_cpu += o.on_cpu;
+        self.on_cpu_whole += o.on_cpu_whole;
+        self.off_cpu += o.off_cpu;
+        self.off_cpu_whole += o.off_cpu_whole;
+        for (why, n) in &o.ends {
+            *self.ends.entry(why.clone()).or_insert(0) += n;
+        }
+        self.unwound += o.unwound;
+        self.frames += o.frames;
+        self.unwind_ns += o.unwind_ns;
+    }
+
+    /// Share of on-CPU samples with a whole user stack, if there were samples.
+    pub fn on_cpu_share(&self) -> Option<f64> {
+        (self.on_cpu > 0).then(|| self.on_cpu_whole as f64 / self.on_cpu as f64)
+    }
+
+    pub fn off_cpu_share(&self) -> Option<f64> {
+        (self.off_cpu > 0).then(|| self.off_cpu_whole as f64 / self.off_cpu as f64)
+    }
 }
 
 /// Kernel threads' on-CPU work for the filesystem during the trace (sampled).
@@ -170,7 +247,15 @@ impl Stacks {
             .sum();
         let tgids: std::collections::HashSet<u32> = self.target.iter().map(|s| s.tgid).collect();
         let target = |t: u32| tgids.contains(&t);
+        let mut user_stacks = UserCompleteness::default();
+        self.target.iter().for_each(|s| user_stacks.add(s));
+        (
+            user_stacks.unwound,
+            user_stacks.frames,
+            user_stacks.unwind_ns,
+        ) = self.unwinder;
         StackSummary {
+            user_stacks,
             waited_for: wakes::split(&self.wakes, &target, run_queue_ns, off_cpu_ns),
             top_wakes: wakes::top(&self.wakes, &target, TOP_STACKS, TOP_FRAMES),
             sample_period_ns: self.sample_period_ns,
@@ -276,6 +361,40 @@ struct Resolved {
     kthread: bool,
     kernel: Vec<String>,
     user: Vec<String>,
+    user_whole: bool,
+}
+
+/// Names of a user stack's frames (leaf first), each placed in the mapping the unwinder
+/// recorded for its process image; whether it reached the program's entry.
+fn user_frames(
+    syms: &mut symbols::Symbols,
+    key: &UserStackKey,
+    mappings: &StdHashMap<ImageKey, ProcessMappings>,
+) -> (Vec<String>, bool) {
+    let image = ImageKey {
+        tgid: key.tgid,
+        exec_id: key.exec_id,
+    };
+    let maps = mappings.get(&image);
+    let mut out = Vec::new();
+    for (i, ip) in nonzero(&key.user).into_iter().enumerate() {
+        if let Some(end) = StackEnd::of(ip) {
+            out.push(end.label().to_string());
+            return (out, false);
+        }
+        let map = maps.and_then(|m| {
+            m.maps[..(m.n as usize).min(m.maps.len())]
+                .iter()
+                .find(|m| (m.start..m.end).contains(&ip))
+        });
+        out.push(match map {
+            Some(m) if m.file.ino != 0 => syms.user(m.file, ip - m.start + m.offset, i == 0),
+            Some(_) => format!("[anonymous code] 0x{ip:x}"),
+            None => format!("[mapping not recorded] 0x{ip:x}"),
+        });
+    }
+    let whole = !out.is_empty();
+    (out, whole)
 }
 
 /// Extra (stack, class, ns) the caller adds: intervals still open at collection.
@@ -294,17 +413,12 @@ pub fn collect(
     let ebpf = &probes.ebpf;
     let keys: StdHashMap<u32, StackKey> = by_id(ebpf, "STACK_IDS")?;
     let user_stacks: StdHashMap<u32, UserStackKey> = by_id(ebpf, "USER_STACK_IDS")?;
-    let bids: HashMap<_, u32, UserBuildIds> =
-        HashMap::try_from(ebpf.map("USER_BUILD_IDS").context("USER_BUILD_IDS map")?)?;
-    let mut build_ids: StdHashMap<u32, UserBuildIds> = StdHashMap::new();
-    let mut user_maps = UserMaps::default();
-    for item in bids.iter() {
-        let (id, b) = item?;
-        if let Some(u) = user_stacks.get(&id) {
-            user_maps.learn(u.tgid, &nonzero(&u.user), &b.frames);
-        }
-        build_ids.insert(id, b);
-    }
+    let mappings: StdHashMap<ImageKey, ProcessMappings> = {
+        let m: HashMap<_, ImageKey, ProcessMappings> =
+            HashMap::try_from(ebpf.map("USER_MAPPINGS").context("USER_MAPPINGS map")?)?;
+        m.iter().collect::<Result<_, _>>()?
+    };
+    let files = probes.unwind_files();
     let weights: PerCpuHashMap<_, WeightKey, Weight> =
         PerCpuHashMap::try_from(ebpf.map("STACK_WEIGHTS").context("STACK_WEIGHTS map")?)?;
     let mut w: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
@@ -330,15 +444,21 @@ pub fn collect(
     };
     let events: PerCpuArray<_, u64> =
         PerCpuArray::try_from(ebpf.map("EVENTS").context("EVENTS map")?)?;
+    let total = |c: Counter| -> Result<u64> { Ok(events.get(&(c as u32), 0)?.iter().sum()) };
+    stacks.unwinder = (
+        total(Counter::UserStacksUnwound)?,
+        total(Counter::UserFramesUnwound)?,
+        total(Counter::UserUnwindNs)?,
+    );
     for c in [
         Counter::KernelStackFailed,
         Counter::UserStackFailed,
         Counter::StackTableFull,
-        Counter::BuildIdTableFull,
+        Counter::UserMappingsFull,
         Counter::StackWeightsFull,
         Counter::WakeWeightsFull,
     ] {
-        let n: u64 = events.get(&(c as u32), 0)?.iter().sum();
+        let n = total(c)?;
         if n > 0 {
             stacks.problems.insert(c.name().to_string(), n);
         }
@@ -360,48 +480,24 @@ pub fn collect(
         ));
     }
     symbols::with(|syms| {
+        syms.know_files(&files);
         // A stack id → who and where (frames root first), symbolized once per use.
         let mut resolve = |id: u32, on_cpu: bool| -> Option<Resolved> {
             let k = keys.get(&id)?;
             let mut kernel = own_frames(syms.kernel(&nonzero(&k.kernel)), on_cpu, &programs);
             kernel.reverse();
-            let uips = user_stacks
-                .get(&k.user)
-                .map(|u| nonzero(&u.user))
-                .unwrap_or_default();
-            let mut user = Vec::new();
-            if !uips.is_empty() {
-                let captured = build_ids.get(&k.user);
-                let mut frames = Vec::with_capacity(uips.len());
-                for (i, &ip) in uips.iter().enumerate() {
-                    // The kernel takes the first mapping *above* an address that is in none
-                    // (a frame-pointer-less walk reads such garbage), which gives a "file
-                    // offset" beyond the file: not a place in it.
-                    let valid = captured.map(|b| b.frames[i]).filter(|f| {
-                        f.status == BUILD_ID_VALID
-                            && syms
-                                .file_len(&f.build_id)
-                                .is_none_or(|len| f.offset_or_ip < len)
-                    });
-                    frames.push(
-                        valid
-                            .or_else(|| user_maps.place(k.tgid, ip, |id| syms.file_len(id)))
-                            .unwrap_or(BuildIdFrame {
-                                status: 0,
-                                build_id: [0; 20],
-                                offset_or_ip: 0,
-                            }),
-                    );
-                }
-                user = syms.user(k.tgid, &uips, Some(&frames));
-                user.reverse();
-            }
+            let (mut user, user_whole) = match user_stacks.get(&k.user) {
+                Some(u) => user_frames(syms, u, &mappings),
+                None => (Vec::new(), false),
+            };
+            user.reverse();
             Some(Resolved {
                 comm: comm_str(&k.comm),
                 tgid: k.tgid,
                 kthread: k.kthread != 0,
                 kernel,
                 user,
+                user_whole,
             })
         };
         for ((id, class), (ns, count)) in w {
@@ -419,6 +515,7 @@ pub fn collect(
                     s.tgid = r.tgid;
                     s.kernel = r.kernel.clone();
                     s.user = r.user.clone();
+                    s.user_whole = r.user_whole;
                 }
                 None => s.comm = "[stack unavailable]".to_string(),
             }

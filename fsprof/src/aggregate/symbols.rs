@@ -1,7 +1,7 @@
 //! Addresses → function names with blazesym: kernel frames from /proc/kallsyms, user
-//! frames from the ELF files' symbols, found by the build id the kernel recorded (so a
-//! process that has exited is still symbolized). A frame that cannot be resolved keeps its
-//! module and offset, or its address; it is never dropped.
+//! frames from the ELF files' symbols by file offset (the unwinder recorded each frame's
+//! file, so a process that has exited is still symbolized). A frame that cannot be named
+//! keeps its file and offset; it is never dropped.
 
 use std::{
     cell::RefCell,
@@ -11,99 +11,53 @@ use std::{
 
 use blazesym::symbolize::{
     Input, Symbolized, Symbolizer,
-    source::{Elf, Kernel, Process, Source},
+    source::{Elf, Kernel, Source},
 };
-use fsprof_common::{BUILD_ID_VALID, BuildIdFrame};
+use fsprof_common::unwind::FileKey;
 
-/// Build id → the ELF file that has it. Filled from the files fsprof knows (the target's
-/// executable, the libraries fsprof itself maps) and, on a miss, by scanning the usual
-/// binary and library directories lazily, most likely first, until the id turns up: over a
-/// VM's 9p root every file read is a round trip, and most misses are libc's or a tool's in
-/// /usr/bin.
-struct BuildIdIndex {
-    paths: HashMap<Vec<u8>, PathBuf>,
+use crate::probes::unwind::file_key;
+
+/// (device, inode) → path, for files the unwind tables did not name (their process was
+/// gone before fsprof looked): the usual binary and library directories are scanned
+/// lazily, most likely first, until the file turns up.
+struct FileIndex {
+    paths: HashMap<FileKey, PathBuf>,
     /// A stack of what is still to look at: (file, 0) or (directory, levels to list).
     pending: Vec<(PathBuf, u32)>,
-    /// Files whose build id was read (a directory may be listed twice, shallow first).
-    read: std::collections::HashSet<PathBuf>,
 }
 
 /// Scanned in this order (depth below each).
 const SCAN_DIRS: &[(&str, u32)] = &[
     ("/usr/lib/x86_64-linux-gnu", 0),
-    ("/usr/lib/aarch64-linux-gnu", 0),
     ("/usr/bin", 0),
     ("/usr/sbin", 0),
     ("/usr/lib64", 0),
     ("/usr/local/bin", 0),
     ("/usr/lib/x86_64-linux-gnu", 2),
-    ("/usr/lib/aarch64-linux-gnu", 2),
     ("/usr/lib", 2),
     ("/usr/local/lib", 2),
     ("/usr/lib/postgresql", 3),
 ];
 
-/// The kernel stores build ids in a 20-byte field, zero-padded.
-fn key(id: &[u8]) -> Vec<u8> {
-    let mut k = id[..id.len().min(20)].to_vec();
-    while k.last() == Some(&0) {
-        k.pop();
-    }
-    k
-}
-
-fn is_elf_candidate(e: &std::fs::DirEntry) -> bool {
-    let exec = e
-        .metadata()
-        .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
-    exec || e.file_name().to_string_lossy().contains(".so")
-}
-
-impl BuildIdIndex {
-    fn new() -> BuildIdIndex {
-        let mut index = BuildIdIndex {
+impl FileIndex {
+    fn new() -> FileIndex {
+        FileIndex {
             paths: HashMap::new(),
             pending: SCAN_DIRS
                 .iter()
                 .rev()
                 .map(|&(d, depth)| (PathBuf::from(d), depth + 1))
                 .collect(),
-            read: Default::default(),
-        };
-        index.add_own_mappings();
-        index
-    }
-
-    fn add(&mut self, path: &Path) {
-        if !self.read.insert(path.to_path_buf()) {
-            return;
-        }
-        if let Ok(Some(id)) = blazesym::helper::read_elf_build_id(path) {
-            self.paths
-                .entry(key(&id))
-                .or_insert_with(|| path.to_path_buf());
         }
     }
 
-    /// The ELF files this process maps (libc, the loader, …): the target most likely
-    /// maps the same ones.
-    fn add_own_mappings(&mut self) {
-        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-            return;
-        };
-        for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
-            if path.starts_with('/') {
-                self.add(Path::new(path));
-            }
-        }
-    }
-
-    fn find(&mut self, id: &[u8]) -> Option<PathBuf> {
-        let k = key(id);
-        while !self.paths.contains_key(&k) {
+    fn find(&mut self, key: FileKey) -> Option<PathBuf> {
+        while !self.paths.contains_key(&key) {
             let (path, depth) = self.pending.pop()?;
             if depth == 0 {
-                self.add(&path);
+                if let Ok(k) = file_key(&path) {
+                    self.paths.entry(k).or_insert(path);
+                }
                 continue;
             }
             let Ok(entries) = std::fs::read_dir(&path) else {
@@ -114,7 +68,7 @@ impl BuildIdIndex {
                 let Ok(ft) = e.file_type() else { continue };
                 if ft.is_dir() && depth > 1 {
                     dirs.push((e.path(), depth - 1));
-                } else if ft.is_file() && is_elf_candidate(&e) {
+                } else if ft.is_file() {
                     files.push((e.path(), 0));
                 }
             }
@@ -122,12 +76,8 @@ impl BuildIdIndex {
             self.pending.append(&mut dirs);
             self.pending.append(&mut files);
         }
-        self.paths.get(&k).cloned()
+        self.paths.get(&key).cloned()
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Process-wide symbol state: blazesym caches parsed files, and `fsprof run` symbolizes
@@ -136,8 +86,7 @@ pub struct Symbols {
     symbolizer: Symbolizer,
     kernel: HashMap<u64, String>,
     user: HashMap<(PathBuf, u64), String>,
-    index: BuildIdIndex,
-    file_lens: HashMap<[u8; 20], Option<u64>>,
+    index: FileIndex,
 }
 
 thread_local! {
@@ -155,33 +104,21 @@ fn name_of(s: &Symbolized) -> Option<String> {
 
 impl Symbols {
     fn new() -> Symbols {
-        let index = BuildIdIndex::new();
         Symbols {
             symbolizer: Symbolizer::builder().enable_code_info(false).build(),
             kernel: HashMap::new(),
             user: HashMap::new(),
-            index,
-            file_lens: HashMap::new(),
+            index: FileIndex::new(),
         }
     }
 
-    /// Makes `path`'s build id known (the target's executable, say).
-    pub fn know_file(&mut self, path: &Path) {
-        self.index.add(path);
-    }
-
-    /// Length of the file with this build id, if one is known.
-    pub fn file_len(&mut self, build_id: &[u8; 20]) -> Option<u64> {
-        if let Some(len) = self.file_lens.get(build_id) {
-            return *len;
+    /// Makes the paths the unwind tables were loaded from known.
+    pub fn know_files(&mut self, paths: &std::collections::BTreeMap<FileKey, PathBuf>) {
+        for (k, p) in paths {
+            if p.is_absolute() {
+                self.index.paths.insert(*k, p.clone());
+            }
         }
-        let len = self
-            .index
-            .find(build_id)
-            .and_then(|p| std::fs::metadata(p).ok())
-            .map(|m| m.len());
-        self.file_lens.insert(*build_id, len);
-        len
     }
 
     /// Names of kernel addresses, in order; unknown ones as hex addresses.
@@ -221,56 +158,33 @@ impl Symbols {
         if let Some(n) = self.user.get(&(path.to_path_buf(), offset)) {
             return n.clone();
         }
-        let src = Source::Elf(Elf::new(path));
-        let name = self
-            .symbolizer
-            .symbolize_single(&src, Input::FileOffset(offset))
-            .ok()
-            .as_ref()
-            .and_then(name_of)
+        // Debug information first (a separate debug file under /usr/lib/debug, by build id
+        // or .gnu_debuglink, names static functions too), then the file's own symbols:
+        // blazesym's DWARF path finds nothing when the debug file is not installed.
+        let name = [true, false]
+            .into_iter()
+            .find_map(|debug_syms| {
+                let mut elf = Elf::new(path);
+                elf.debug_syms = debug_syms;
+                self.symbolizer
+                    .symbolize_single(&Source::Elf(elf), Input::FileOffset(offset))
+                    .ok()
+                    .as_ref()
+                    .and_then(name_of)
+            })
             .unwrap_or_else(|| format!("{}+0x{offset:x}", file_name(path)));
         self.user.insert((path.to_path_buf(), offset), name.clone());
         name
     }
 
-    /// Names of user frames (leaf first). `build_ids` (when the kernel recorded them) give
-    /// file and offset; otherwise the live process's maps are used, if it still runs.
-    pub fn user(
-        &mut self,
-        tgid: u32,
-        ips: &[u64],
-        build_ids: Option<&[BuildIdFrame]>,
-    ) -> Vec<String> {
-        let mut out = Vec::with_capacity(ips.len());
-        for (i, &ip) in ips.iter().enumerate() {
-            // Callers' frames are return addresses: look up the call instruction.
-            let adj = u64::from(i > 0);
-            let frame = build_ids
-                .and_then(|b| b.get(i))
-                .filter(|f| f.status == BUILD_ID_VALID);
-            let by_id = frame.map(|f| match self.index.find(&f.build_id) {
-                Some(p) => self.elf_offset(&p, f.offset_or_ip.saturating_sub(adj)),
-                None => {
-                    let k = key(&f.build_id);
-                    format!(
-                        "[build-id {}]+0x{:x}",
-                        hex(&k[..k.len().min(4)]),
-                        f.offset_or_ip
-                    )
-                }
-            });
-            let name = by_id.unwrap_or_else(|| {
-                let src = Source::Process(Process::new(tgid.into()));
-                self.symbolizer
-                    .symbolize_single(&src, Input::AbsAddr(ip.saturating_sub(adj)))
-                    .ok()
-                    .as_ref()
-                    .and_then(name_of)
-                    .unwrap_or_else(|| format!("[unknown] 0x{ip:x}"))
-            });
-            out.push(name);
+    /// The name of the code at file offset `offset` of `file` (a caller's frame points
+    /// after its call instruction: `leaf` false looks up the byte before).
+    pub fn user(&mut self, file: FileKey, offset: u64, leaf: bool) -> String {
+        let offset = offset.saturating_sub(u64::from(!leaf));
+        match self.index.find(file) {
+            Some(path) => self.elf_offset(&path, offset),
+            None => format!("[dev {:x} inode {}]+0x{offset:x}", file.dev, file.ino),
         }
-        out
     }
 }
 
@@ -324,29 +238,50 @@ mod tests {
         panic!("0x{addr:x} in no mapping");
     }
 
+    /// A stripped library with a .gnu_debuglink whose debug file is not installed (libc on
+    /// Debian) is still named from its dynamic symbols.
     #[test]
-    fn own_functions_resolve_by_build_id_and_by_process() {
+    fn stripped_library_functions_resolve_by_dynamic_symbols() {
+        let libc = std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("libc.so"))
+            .map(PathBuf::from)
+            .expect("libc mapped");
+        let key = file_key(&libc).unwrap();
+        let at = file_offset(libc_read_address());
+        with(|s| {
+            s.know_files(&[(key, libc.clone())].into_iter().collect());
+            let name = s.user(key, at + 4, true);
+            assert!(name.ends_with("read"), "{name}");
+        });
+    }
+
+    fn libc_read_address() -> u64 {
+        libc::read as *const () as u64
+    }
+
+    #[test]
+    fn own_functions_resolve_by_file_and_offset() {
         assert_eq!(a_function_to_find(), 7);
         let addr = a_function_to_find as *const () as u64;
         let me = std::env::current_exe().unwrap();
-        let id: [u8; 20] = blazesym::helper::read_elf_build_id(&me)
-            .unwrap()
-            .expect("test binary has no build id")
-            .as_ref()
-            .try_into()
-            .unwrap();
-        let frame = BuildIdFrame {
-            status: BUILD_ID_VALID,
-            build_id: id,
-            offset_or_ip: file_offset(addr + 1),
-        };
+        let key = file_key(&me).unwrap();
         let want = "a_function_to_find";
         with(|s| {
-            // The leaf frame is looked up as is; an address inside the function resolves too.
-            let by_id = s.user(0, &[addr + 1], Some(&[frame]));
-            assert!(by_id[0].ends_with(want), "{by_id:?}");
-            let by_pid = s.user(std::process::id(), &[addr + 1], None);
-            assert!(by_pid[0].ends_with(want), "{by_pid:?}");
+            s.know_files(&[(key, me.clone())].into_iter().collect());
+            // The leaf frame is looked up as is, a caller's one byte before.
+            let leaf = s.user(key, file_offset(addr + 1), true);
+            assert!(leaf.ends_with(want), "{leaf:?}");
+            let caller = s.user(key, file_offset(addr + 2), false);
+            assert!(caller.ends_with(want), "{caller:?}");
+            let nowhere = FileKey {
+                dev: 0,
+                _pad: 0,
+                ino: 1,
+            };
+            assert!(s.user(nowhere, 16, true).starts_with("[dev 0 inode 1]"));
         });
     }
 }

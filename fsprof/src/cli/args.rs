@@ -26,6 +26,12 @@ pub struct StackArgs {
     /// (rm -rf of a kernel tree on xfs: ~10 % slower). Units: ns, us, ms, s.
     #[arg(long, value_parser = parse_duration_ns)]
     pub off_cpu_period: Option<u64>,
+    /// User frames kept per stack (1–64): deeper stacks end in "[stack ends: depth limit]"
+    /// (PostgreSQL's backends reach ~35). Each frame is one more step of the in-kernel
+    /// unwinder; stacks are never copied out of the kernel.
+    #[arg(long, default_value_t = fsprof_common::DEFAULT_USER_DEPTH,
+          value_parser = clap::value_parser!(u32).range(1..=fsprof_common::USTACK_DEPTH as i64))]
+    pub user_depth: u32,
     /// Do not count the filesystem's own tracepoints (xfs:*, ext4:*, jbd2:*, …).
     #[arg(long, conflicts_with = "all_fs_events")]
     pub no_fs_events: bool,
@@ -56,6 +62,7 @@ impl StackArgs {
             off_cpu_period_ns: self
                 .off_cpu_period
                 .unwrap_or_else(|| off_cpu_period_for(self.sample_hz)),
+            user_depth: self.user_depth,
         })
     }
 }

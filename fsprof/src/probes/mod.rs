@@ -7,10 +7,11 @@ pub mod fs_events;
 pub mod offsets;
 pub mod raw_tracepoint;
 pub mod tracefs;
+pub mod unwind;
 
 use std::{
     os::fd::{AsFd, AsRawFd, OwnedFd},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use anyhow::{Context, Result, bail};
@@ -23,7 +24,7 @@ use aya::{
     },
 };
 use cost_windows::CostWindows;
-use fsprof_common::{TaskState, TimeClass};
+use fsprof_common::{TaskState, TimeClass, unwind::FileKey};
 
 pub use cost_windows::CostSampling;
 pub use fs_events::FsTarget;
@@ -93,6 +94,9 @@ pub struct StackOptions {
     /// Off-CPU waits this long get a stack each, shorter ones sampled per this much
     /// waiting (0: every wait).
     pub off_cpu_period_ns: u64,
+    /// User frames kept per stack, at most USTACK_DEPTH (the rest: "[stack ends: depth
+    /// limit]").
+    pub user_depth: u32,
 }
 
 /// perf's default is 4000 Hz, bcc's profile 49 Hz, flame graph recipes use 99. A sample
@@ -115,6 +119,7 @@ impl Default for StackOptions {
             sample_hz: DEFAULT_SAMPLE_HZ,
             background: true,
             off_cpu_period_ns: off_cpu_period_for(DEFAULT_SAMPLE_HZ),
+            user_depth: fsprof_common::DEFAULT_USER_DEPTH,
         }
     }
 }
@@ -142,6 +147,8 @@ pub struct Probes {
     floor_links: Vec<OwnedFd>,
     /// What the dense histogram rows and block slots hold.
     pub dense: dense::DenseLayout,
+    /// The user-stack unwinder's tables, when stacks are on.
+    unwind: Option<unwind::UnwindTables>,
 }
 
 /// After attaching: each program's runs from its first are counted by the program itself,
@@ -187,6 +194,7 @@ impl Probes {
             config.background = s.background.into();
             config.sample_period_ns = p;
             config.off_cpu_period_ns = s.off_cpu_period_ns;
+            config.user_depth = s.user_depth.clamp(1, fsprof_common::USTACK_DEPTH as u32);
         }
         let mut fs_dev = None;
         if let Some(t) = &opts.fs_events {
@@ -247,6 +255,10 @@ impl Probes {
         }
         let mut attached = Vec::new();
         let mut missing = Vec::new();
+        let unwind = match period {
+            Some(_) if !opts.floor => Some(unwind::UnwindTables::start(&mut ebpf)?),
+            _ => None,
+        };
         if opts.floor {
             let floor_links = attach_floor(&mut ebpf, opts, period, &mut attached, &mut warnings)?;
             let cost = start_cost_windows(&ebpf, opts.cost_sampling, &mut warnings);
@@ -262,6 +274,7 @@ impl Probes {
                 cost,
                 floor_links,
                 dense,
+                unwind,
             });
         }
         for (names, required) in [(REQUIRED, true), (OPTIONAL, false)] {
@@ -305,7 +318,28 @@ impl Probes {
             cost,
             floor_links: Vec::new(),
             dense,
+            unwind,
         })
+    }
+
+    /// Loads the unwind tables of `program` and its libraries before it runs.
+    pub fn preload_unwind(&self, program: &Path) {
+        if let Some(u) = &self.unwind {
+            u.preload(program);
+        }
+    }
+
+    /// The files the user-stack unwinder met, by the kernel's key, with their paths.
+    pub fn unwind_files(&self) -> std::collections::BTreeMap<FileKey, PathBuf> {
+        self.unwind
+            .as_ref()
+            .map(|u| u.finish().0)
+            .unwrap_or_default()
+    }
+
+    /// What the unwind tables covered.
+    pub fn unwind_stats(&self) -> Option<unwind::TableStats> {
+        self.unwind.as_ref().map(|u| u.finish().1)
     }
 
     /// The kernel's run-time statistics of fsprof's programs so far; ends the measuring.

@@ -50,6 +50,18 @@ pub fn probe_config(btf_path: &Path) -> Result<ProbeConfig> {
         task_flags: byte_offset(btf, "task_struct", "flags")?,
         task_tgid: byte_offset(btf, "task_struct", "tgid")?,
         task_comm: byte_offset(btf, "task_struct", "comm")?,
+        task_exec_id: byte_offset(btf, "task_struct", "self_exec_id")?,
+        vma_start: byte_offset(btf, "vm_area_struct", "vm_start")?,
+        vma_end: byte_offset(btf, "vm_area_struct", "vm_end")?,
+        vma_flags: byte_offset(btf, "vm_area_struct", "vm_flags")?,
+        vma_pgoff: byte_offset(btf, "vm_area_struct", "vm_pgoff")?,
+        vma_file: byte_offset(btf, "vm_area_struct", "vm_file")?,
+        file_inode: byte_offset(btf, "file", "f_inode")?,
+        inode_ino: byte_offset(btf, "inode", "i_ino")?,
+        inode_sb: byte_offset(btf, "inode", "i_sb")?,
+        sb_dev: byte_offset(btf, "super_block", "s_dev")?,
+        task_mm: byte_offset(btf, "task_struct", "mm")?,
+        mm_start_code: byte_offset(btf, "mm_struct", "start_code")?,
         ..ProbeConfig::default()
     })
 }

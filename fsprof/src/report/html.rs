@@ -10,10 +10,11 @@ use super::{
     charts::{self, Bar},
     escape as esc, run_summary,
     run_table::{clock, median_cells},
+    table,
 };
 use crate::units::{bytes, seconds};
 use crate::{
-    aggregate::histogram::Summary,
+    aggregate::{histogram::Summary, stacks::UserCompleteness},
     analysis::{metrics, stats::median},
     results::{FsRun, RunResult, StepRun, dir_of},
 };
@@ -316,6 +317,26 @@ fn summary(r: &RunResult) -> String {
     o
 }
 
+/// Per filesystem, how many of the step's user stacks are whole (all passes).
+fn user_stacks(r: &RunResult, step: &str) -> String {
+    let mut parts = Vec::new();
+    for f in &r.filesystems {
+        let mut u = UserCompleteness::default();
+        for run in f.runs_of(step) {
+            if let Some(s) = &run.trace.stacks {
+                u.merge(&s.user_stacks);
+            }
+        }
+        if let Some(line) = table::user_completeness(&u) {
+            parts.push(format!("<b>{}</b> {}", esc(&f.column()), esc(&line)));
+        }
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("<p class=\"waits\">{}</p>", parts.join("<br>"))
+}
+
 /// Buttons that load a cell's flame graph into the frame below them.
 fn flames(r: &RunResult, step: &str, base: &str, id: usize) -> String {
     let Some(cells) = r.flames.cells.get(step) else {
@@ -421,6 +442,7 @@ pub fn render(r: &RunResult, results: &Path, html: &Path) -> String {
         }
         o.push_str("</div>");
         o.push_str(&flames(r, step, &base, i));
+        o.push_str(&user_stacks(r, step));
     }
     o.push_str("</body></html>\n");
     o

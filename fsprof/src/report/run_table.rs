@@ -6,6 +6,7 @@ use crate::analysis::stats::median;
 use std::fmt::Write as _;
 
 use super::table::table;
+use crate::aggregate::stacks::UserCompleteness;
 use crate::results::{RunResult, StepRun};
 use crate::units::{bytes, duration_ns, seconds};
 
@@ -126,8 +127,26 @@ pub fn render(r: &RunResult, verbose: bool) -> String {
         o.push('\n');
         o.push_str(&super::run_summary::render(r));
     }
+    user_stacks(&mut o, r, None);
     filesystems(&mut o, r);
     o
+}
+
+/// Per filesystem, how many user stacks of `step` (None: every step) are whole.
+fn user_stacks(o: &mut String, r: &RunResult, step: Option<&str>) {
+    for f in &r.filesystems {
+        let mut u = UserCompleteness::default();
+        for p in &f.passes {
+            for s in p.steps.iter().filter(|s| step.is_none_or(|n| s.step == n)) {
+                if let Some(st) = &s.trace.stacks {
+                    u.merge(&st.user_stacks);
+                }
+            }
+        }
+        if let Some(line) = super::table::user_completeness(&u) {
+            let _ = writeln!(o, "  {}: {line}", f.column());
+        }
+    }
 }
 
 /// Per step: a row per filesystem and pass, then the median with min–max.
@@ -183,6 +202,7 @@ fn steps(o: &mut String, r: &RunResult) {
         for f in &r.filesystems {
             fs_event_lines(o, &f.column(), &f.runs_of(step));
         }
+        user_stacks(o, r, Some(step));
         for f in &r.filesystems {
             for p in &f.passes {
                 for s in p

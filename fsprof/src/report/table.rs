@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use fsprof_common::TimeClass;
 
-use crate::aggregate::wakes;
+use crate::aggregate::{stacks::UserCompleteness, wakes};
 use crate::trace::TraceResult;
 use crate::units::{bytes, duration_ns, percent, seconds};
 
@@ -200,6 +200,44 @@ fn path(frames: &[String], n: usize) -> String {
     v.join(" ← ")
 }
 
+/// "user stacks whole …": how many reach the program's entry, and why the others end.
+pub fn user_completeness(u: &UserCompleteness) -> Option<String> {
+    let share = |n: u64, all: u64| format!("{:.1} % of {all}", 100.0 * n as f64 / all as f64);
+    let mut parts = Vec::new();
+    if u.on_cpu > 0 {
+        parts.push(format!(
+            "{} on-CPU samples",
+            share(u.on_cpu_whole, u.on_cpu)
+        ));
+    }
+    if u.off_cpu > 0 {
+        parts.push(format!(
+            "{} off-CPU stacks",
+            share(u.off_cpu_whole, u.off_cpu)
+        ));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let mut line = format!(
+        "user stacks whole (leaf to the program's entry): {}",
+        parts.join(", ")
+    );
+    if !u.ends.is_empty() {
+        let ends: Vec<String> = u.ends.iter().map(|(why, n)| format!("{why} {n}")).collect();
+        line.push_str(&format!("; the rest: {}", ends.join(", ")));
+    }
+    if u.unwound > 0 {
+        line.push_str(&format!(
+            "; unwound in the kernel: {} stacks, {:.1} frames and {} each",
+            u.unwound,
+            u.frames as f64 / u.unwound as f64,
+            duration_ns(u.unwind_ns / u.unwound)
+        ));
+    }
+    Some(line)
+}
+
 fn render_stacks(o: &mut String, r: &TraceResult) {
     let Some(s) = &r.stacks else {
         return;
@@ -214,6 +252,9 @@ fn render_stacks(o: &mut String, r: &TraceResult) {
         crate::probes::off_cpu_stacks(s.off_cpu_period_ns),
         s.distinct_stacks
     );
+    if let Some(line) = user_completeness(&s.user_stacks) {
+        let _ = writeln!(o, "  {line}");
+    }
     if !s.capture_problems.is_empty() {
         let p: Vec<String> = s
             .capture_problems

@@ -62,6 +62,7 @@ fn main() {
         root stacks::fs_events_count_only_the_filesystem_under_test,
         root stacks::run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral,
         root stacks::fuse_daemon_work_is_background_work,
+        root stacks::user_stacks_are_whole_without_frame_pointers,
         root syscalls::rm_rf_counts_equal_strace,
         root syscalls::children_and_threads_are_all_followed,
         root vm::two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel,

@@ -4,6 +4,7 @@
 use std::{path::Path, process::Command};
 
 use fsprof::{
+    aggregate::stacks::UserCompleteness,
     lab::{
         Capacity, FsKind,
         loopdev::{Image, LoopDevice},
@@ -39,10 +40,42 @@ fn run_ok(tag: &str, args: &[&str]) -> (String, RunResult) {
     let json = tmp_json(tag);
     let stdout = run_to(&json, args);
     let r = RunResult::load(&json).unwrap();
+    assert_no_invented_frames(&json.with_extension("flames"));
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(json.with_extension("csv"));
     let _ = std::fs::remove_dir_all(json.with_extension("flames"));
     (stdout, r)
+}
+
+/// No frame of any graph is an address outside the process's code: user frames are
+/// named, `file+offset`, or a `[stack ends: …]` marker.
+fn assert_no_invented_frames(flames: &Path) {
+    let mut folded = 0;
+    for step in std::fs::read_dir(flames).unwrap().flatten() {
+        for f in std::fs::read_dir(step.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if f.path().extension().is_some_and(|e| e == "folded") {
+                let text = std::fs::read_to_string(f.path()).unwrap();
+                for bad in ["[unknown]", "[mapping not recorded]"] {
+                    assert!(!text.contains(bad), "{bad} in {}", f.path().display());
+                }
+                folded += 1;
+            }
+        }
+    }
+    assert!(folded > 0, "no folded stacks in {}", flames.display());
+}
+
+/// Every user stack of `f`'s cells, merged.
+fn user_stacks(f: &fsprof::results::FsRun) -> UserCompleteness {
+    let mut u = UserCompleteness::default();
+    for s in f.passes.iter().flat_map(|p| &p.steps) {
+        u.merge(&s.trace.stacks.as_ref().unwrap().user_stacks);
+    }
+    u
 }
 
 fn quick_steps_len() -> usize {
@@ -144,6 +177,16 @@ pub fn quick_suite_fills_every_cell() {
     }
     assert!(rows.iter().filter(|r| r.contains(&"1.00×")).count() >= quick_steps_len());
     assert!(stdout.contains("--verbose"), "{stdout}");
+    // fsprof's own workloads, bonnie++ and IOzone have whole user stacks, and say so.
+    for f in &r.filesystems {
+        let u = user_stacks(f);
+        let (on, off) = (u.on_cpu_share().unwrap(), u.off_cpu_share().unwrap());
+        assert!(on >= 0.95 && off >= 0.95, "{}: {u:?}", f.fs);
+        assert!(
+            stdout.contains(&format!("{}: user stacks whole", f.fs)),
+            "{stdout}"
+        );
+    }
 }
 
 fn ctx_on(mnt: &Path, src: &Path) -> workload::Ctx {
@@ -476,6 +519,9 @@ pub fn external_and_pgbench_steps_are_traced() {
         .map(|s| s.count)
         .sum();
     assert!(fsyncs > 0, "no fsync/fdatasync from the server");
+    // PostgreSQL's and pgbench's user stacks are whole (unwound without frame pointers).
+    let u = &pg.trace.stacks.as_ref().unwrap().user_stacks;
+    assert!(u.on_cpu > 100 && u.on_cpu_share().unwrap() >= 0.95, "{u:?}");
     // And it is stopped: nothing holds the filesystem, which was unmounted.
     assert!(r.filesystems[0].passes[0].umount_ns.is_some());
 }

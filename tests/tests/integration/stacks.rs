@@ -429,3 +429,115 @@ pub fn fuse_daemon_work_is_background_work() {
         .sum();
     assert!(daemon_ns > 0, "{bg:?}");
 }
+
+/// tests/c/chain.c built into `dir` as Debian builds its programs (-O2, no frame
+/// pointers); with `debug_file`, with -g and then split: the program stripped of every
+/// symbol, its names only in `chain.debug` beside it (found by .gnu_debuglink).
+fn build_chain(dir: &Path, debug_file: bool) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/chain.c");
+    let bin = dir.join(if debug_file {
+        "chain-stripped"
+    } else {
+        "chain"
+    });
+    let mut cc = Command::new("gcc");
+    cc.args(["-O2", "-fomit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    if debug_file {
+        cc.arg("-g");
+    }
+    assert_success(&cc.output().expect("gcc (apt-get install gcc)"));
+    if debug_file {
+        let debug = dir.join("chain.debug");
+        let run = |args: &[&std::ffi::OsStr]| {
+            assert_success(&Command::new(args[0]).args(&args[1..]).output().unwrap())
+        };
+        run(&[
+            "objcopy".as_ref(),
+            "--only-keep-debug".as_ref(),
+            bin.as_ref(),
+            debug.as_ref(),
+        ]);
+        run(&["strip".as_ref(), "--strip-all".as_ref(), bin.as_ref()]);
+        let link = format!("--add-gnu-debuglink={}", debug.display());
+        run(&["objcopy".as_ref(), link.as_ref(), bin.as_ref()]);
+    }
+    bin
+}
+
+/// The user frames of a folded stack, root first (after the thread name and any class
+/// frame, before the kernel's `_[k]` frames).
+fn user_part(stack: &str) -> Vec<&str> {
+    stack
+        .split(';')
+        .skip(1)
+        .filter(|f| !f.starts_with('[') || f.starts_with("[stack ends"))
+        .take_while(|f| !f.ends_with("_[k]"))
+        .collect()
+}
+
+/// Share of the weight of `stacks` whose user part is `_start … main → rest…`.
+fn whole_chain_share<'a>(
+    stacks: impl Iterator<Item = (&'a String, &'a u64)>,
+    rest: &[&str],
+) -> (u64, u64) {
+    let (mut whole, mut all) = (0, 0);
+    for (stack, w) in stacks {
+        let user = user_part(stack);
+        all += w;
+        let tail = user.len() > rest.len() && user[user.len() - rest.len() - 1] == "main";
+        if user.first() == Some(&"_start") && tail && user.ends_with(rest) {
+            whole += w;
+        }
+    }
+    (whole, all)
+}
+
+/// A program without frame pointers gets whole user stacks, unwound from DWARF CFI in the
+/// kernel: on-CPU samples in chain_c read `_start … main → chain_a → chain_b → chain_c`,
+/// its waits in read() `… main → chain_a → chain_b → read`; the completeness figure says
+/// so; no frame is made up. Stripped of its symbols, its names come from its debug file.
+pub fn user_stacks_are_whole_without_frame_pointers() {
+    let out = TempDir::new("chain");
+    for debug_file in [false, true] {
+        let bin = build_chain(&out.0, debug_file);
+        let flames = out.0.join(format!("fl{debug_file}"));
+        let r = trace_with_stacks(
+            argv(&[bin.to_str().unwrap(), "10", "60"]),
+            Some(&out.0),
+            None,
+            &flames,
+        );
+        let on = read_folded(Path::new(&r.flames["on-cpu.folded"]));
+        let total: u64 = on.values().sum();
+        let leaf_c = on
+            .iter()
+            .filter(|(k, _)| user_part(k).last() == Some(&"chain_c"));
+        let (whole, in_c) = whole_chain_share(leaf_c, &["chain_a", "chain_b", "chain_c"]);
+        assert!(in_c * 2 > total, "chain_c in {in_c} of {total} µs: {on:#?}");
+        assert!(
+            whole * 100 >= in_c * 95,
+            "whole {whole} of {in_c} µs: {on:#?}"
+        );
+        let off = read_folded(Path::new(&r.flames["off-cpu.folded"]));
+        let reads = off.iter().filter(|(k, _)| k.contains("timerfd_read"));
+        let (whole, waits) = whole_chain_share(reads, &["chain_a", "chain_b", "read"]);
+        assert!(
+            waits > 0 && whole * 100 >= waits * 95,
+            "{whole} of {waits}: {off:#?}"
+        );
+        let u = &r.stacks.as_ref().unwrap().user_stacks;
+        assert!(u.on_cpu_share().unwrap() >= 0.95, "{u:?}");
+        assert!(
+            u.on_cpu <= r.stacks.as_ref().unwrap().on_cpu_samples,
+            "{u:?}"
+        );
+        for stack in on.keys().chain(off.keys()) {
+            assert!(
+                !stack.contains("[unknown]") && !stack.contains("[mapping not recorded]"),
+                "{stack}"
+            );
+        }
+    }
+}

@@ -1,0 +1,629 @@
+//! Unwind tables for the kernel's DWARF unwinder (fsprof-ebpf `unwind`): each ELF file's
+//! .eh_frame compiled into rows sorted by file offset, written into UNWIND_ROWS (mapped into
+//! fsprof's memory: one copy, no syscall per row) and announced in UNWIND_FILES under the
+//! file's (device, inode). The target's program and the libraries it links are loaded
+//! before it runs; any other file the kernel meets (a dlopen'd library, a child's program)
+//! is reported in UNWIND_MISSES and loaded by a thread within milliseconds, its first
+//! stacks ending in "[stack ends: unwind table not loaded yet]".
+
+use std::{
+    collections::{BTreeMap, HashMap as StdHashMap},
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+use aya::{
+    Ebpf,
+    maps::{HashMap, Map, MapData, RingBuf},
+};
+use fsprof_common::{
+    kdev,
+    unwind::{
+        FileKey, FileTable, INDEX_SHIFT, MAX_UNWIND_INDEX, MAX_UNWIND_ROWS, RULE_END, RULE_NONE,
+        RULE_PLT, RULE_RBP, RULE_RSP, UnwindMiss, UnwindRow,
+    },
+};
+use gimli::{CfaRule, RegisterRule, UnwindSection, X86_64};
+use object::{Object, ObjectSection, ObjectSegment};
+
+/// The loader wakes on the kernel's ring (UNWIND_WAKE) and, in case the ring overflowed,
+/// looks at UNWIND_MISSES this often.
+const MISS_POLL: Duration = Duration::from_millis(50);
+
+/// What the tables cover, for the report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    pub files: u32,
+    pub rows: u32,
+    /// Files loaded on demand (met by the kernel first).
+    pub on_demand: u32,
+    /// Files without usable CFI, or whose path could not be found, and why.
+    pub failed: Vec<(PathBuf, String)>,
+    /// Files that did not fit into UNWIND_ROWS.
+    pub full: u32,
+}
+
+/// The kernel's key of the file at `path` (stat's device in the kernel's dev_t encoding).
+pub fn file_key(path: &Path) -> Result<FileKey> {
+    let m = std::fs::metadata(path).with_context(|| format!("stat {}", path.display()))?;
+    let dev = m.dev();
+    Ok(FileKey {
+        dev: kdev::make(libc::major(dev), libc::minor(dev)),
+        _pad: 0,
+        ino: m.ino(),
+    })
+}
+
+/// The unwind rows of an ELF file, sorted by file offset, covering only what its CFI
+/// covers (a RULE_NONE row ends each function's range).
+pub fn compile(path: &Path) -> Result<Vec<UnwindRow>> {
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let elf = object::File::parse(&*data).with_context(|| format!("parsing {}", path.display()))?;
+    let Some(section) = elf.section_by_name(".eh_frame") else {
+        bail!("no .eh_frame");
+    };
+    let eh = gimli::EhFrame::new(section.data()?, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(s) = elf.section_by_name(".text") {
+        bases = bases.set_text(s.address());
+    }
+    if let Some(s) = elf.section_by_name(".got") {
+        bases = bases.set_got(s.address());
+    }
+    let plt: Vec<(u64, u64)> = elf
+        .sections()
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    let segments: Vec<(u64, u64, u64)> = elf
+        .segments()
+        .map(|s| (s.address(), s.size(), s.file_range().0))
+        .collect();
+    let to_offset = |vaddr: u64| {
+        segments
+            .iter()
+            .find(|(a, size, _)| (*a..a + size).contains(&vaddr))
+            .map(|(a, _, off)| vaddr - a + off)
+    };
+    // (file offset, whether the row is a real rule, row): a function's range end loses to
+    // a row starting at the same place.
+    let mut raw: Vec<(u64, bool, UnwindRow)> = Vec::new();
+    let mut ctx = gimli::UnwindContext::new();
+    let mut entries = eh.entries(&bases);
+    while let Some(entry) = entries.next()? {
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            continue;
+        };
+        let in_plt = plt
+            .iter()
+            .any(|(a, b)| (*a..*b).contains(&fde.initial_address()));
+        let Ok(mut rows) = fde.rows(&eh, &bases, &mut ctx) else {
+            continue;
+        };
+        while let Ok(Some(row)) = rows.next_row() {
+            if let Some(off) = to_offset(row.start_address()) {
+                let mut r = rule_of(row, in_plt);
+                r.pc = off as u32;
+                raw.push((off, r.rule != RULE_NONE, r));
+            }
+        }
+        if let Some(end) = to_offset(fde.end_address()) {
+            let none = UnwindRow {
+                pc: end as u32,
+                ..UnwindRow::default()
+            };
+            raw.push((end, false, none));
+        }
+    }
+    // The loader's entry point (ld.so's _start) has no CFI: it is the outermost frame.
+    if let Some(entry) = to_offset(elf.entry()).filter(|_| elf.entry() != 0) {
+        let covered = raw
+            .iter()
+            .filter(|(off, _, _)| *off <= entry)
+            .max_by_key(|(off, real, _)| (*off, *real))
+            .is_some_and(|(_, real, _)| *real);
+        if !covered {
+            let end = UnwindRow {
+                pc: entry as u32,
+                rule: RULE_END,
+                ..UnwindRow::default()
+            };
+            raw.push((entry, true, end));
+        }
+    }
+    if raw.iter().any(|(off, _, _)| *off >= 1 << 32) {
+        bail!("code beyond 4 GiB into the file");
+    }
+    raw.sort_by_key(|(off, real, _)| (*off, *real));
+    let mut rows: Vec<UnwindRow> = Vec::with_capacity(raw.len());
+    for (_, _, r) in raw {
+        match rows.last_mut() {
+            Some(last) if last.pc == r.pc => *last = r,
+            Some(last) if (last.rule, last.cfa, last.rbp) == (r.rule, r.cfa, r.rbp) => {}
+            _ => rows.push(r),
+        }
+    }
+    Ok(rows)
+}
+
+/// One CFI row in the kernel's form; RULE_NONE for what the kernel cannot follow.
+fn rule_of<T: gimli::ReaderOffset, S: gimli::UnwindContextStorage<T>>(
+    row: &gimli::UnwindTableRow<T, S>,
+    in_plt: bool,
+) -> UnwindRow {
+    let none = UnwindRow::default();
+    if matches!(row.register(X86_64::RA), Some(RegisterRule::Undefined)) {
+        return UnwindRow {
+            rule: RULE_END,
+            ..none
+        };
+    }
+    let (rule, cfa) = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let rule = match *register {
+                X86_64::RSP => RULE_RSP,
+                X86_64::RBP => RULE_RBP,
+                _ => return none,
+            };
+            match u16::try_from(*offset) {
+                Ok(cfa) => (rule, cfa),
+                Err(_) => return none,
+            }
+        }
+        CfaRule::Expression(_) if in_plt => (RULE_PLT, 8),
+        CfaRule::Expression(_) => return none,
+    };
+    let rbp = match row.register(X86_64::RBP) {
+        None | Some(RegisterRule::SameValue) => 0,
+        Some(RegisterRule::Offset(o)) if o % 8 == 0 && (-1024..0).contains(&o) => (o / 8) as i8,
+        Some(_) => return none,
+    };
+    UnwindRow {
+        pc: 0,
+        rule,
+        rbp,
+        cfa,
+    }
+}
+
+/// The index of sorted `rows` (see FileTable): per block of code from the first row's to
+/// the last row's, the rows covering the block's start and the next block's.
+pub fn index(rows: &[UnwindRow]) -> Vec<[u32; 2]> {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return Vec::new();
+    };
+    let covering = |b: u32| {
+        let start = u64::from(b) << INDEX_SHIFT;
+        rows.partition_point(|r| u64::from(r.pc) <= start)
+            .saturating_sub(1) as u32
+    };
+    (first.pc >> INDEX_SHIFT..=last.pc >> INDEX_SHIFT)
+        .map(|b| [covering(b), covering(b + 1)])
+        .collect()
+}
+
+/// Compiled tables by (file, size, mtime): `fsprof run` traces hundreds of cells with the
+/// same few programs.
+type Compiled = Arc<Result<(Vec<UnwindRow>, Vec<[u32; 2]>), String>>;
+static COMPILED: Mutex<BTreeMap<(FileKey, u64, i64), Compiled>> = Mutex::new(BTreeMap::new());
+
+fn compiled(path: &Path, key: FileKey) -> Compiled {
+    let m = std::fs::metadata(path);
+    let id = (
+        key,
+        m.as_ref().map_or(0, |m| m.len()),
+        m.as_ref().map_or(0, |m| m.mtime()),
+    );
+    if let Some(c) = COMPILED.lock().unwrap().get(&id) {
+        return c.clone();
+    }
+    let c = Arc::new(
+        compile(path)
+            .map(|rows| {
+                let index = index(&rows);
+                (rows, index)
+            })
+            .map_err(|e| format!("{e:#}")),
+    );
+    COMPILED.lock().unwrap().insert(id, c.clone());
+    c
+}
+
+/// A BPF_F_MMAPABLE array of `len` `T`s mapped into this process.
+struct Mmapped<T> {
+    ptr: *mut T,
+    len: usize,
+    /// Kept open: programs are loaded after the maps are taken, by their fds.
+    _map: MapData,
+}
+
+// SAFETY: the mapping is process-wide memory; it is only written under the Loader's mutex.
+unsafe impl<T> Send for Mmapped<T> {}
+
+impl<T: Copy> Mmapped<T> {
+    fn new(ebpf: &mut Ebpf, name: &str, len: u32) -> Result<Mmapped<T>> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let Some(Map::Array(map)) = ebpf.take_map(name) else {
+            bail!("no array map {name}");
+        };
+        let len = len as usize;
+        let fd = map.fd().as_fd().as_raw_fd();
+        // SAFETY: the map holds `len` elements of T; unmapped in Drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len * size_of::<T>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            bail!("mapping {name}: {}", std::io::Error::last_os_error());
+        }
+        Ok(Mmapped {
+            ptr: ptr.cast(),
+            len,
+            _map: map,
+        })
+    }
+
+    /// Writes `items` at `at`; false when they do not fit.
+    fn write(&mut self, at: usize, items: &[T]) -> bool {
+        if at + items.len() > self.len {
+            return false;
+        }
+        // SAFETY: in bounds (checked above); the kernel reads these elements only after
+        // UNWIND_FILES names them.
+        unsafe { std::ptr::copy_nonoverlapping(items.as_ptr(), self.ptr.add(at), items.len()) };
+        true
+    }
+}
+
+impl<T> Drop for Mmapped<T> {
+    fn drop(&mut self) {
+        // SAFETY: the region `new` mapped; nothing uses it after the Loader is gone.
+        unsafe { libc::munmap(self.ptr.cast(), self.len * size_of::<T>()) };
+    }
+}
+
+struct Loader {
+    rows: Mmapped<UnwindRow>,
+    next_row: usize,
+    index: Mmapped<[u32; 2]>,
+    next_index: usize,
+    files: HashMap<MapData, FileKey, FileTable>,
+    misses: HashMap<MapData, FileKey, UnwindMiss>,
+    paths: BTreeMap<FileKey, PathBuf>,
+    stats: TableStats,
+}
+
+impl Loader {
+    /// Loads `path`'s table under `key` (once).
+    fn load(&mut self, key: FileKey, path: &Path) -> Result<()> {
+        if self.paths.contains_key(&key) {
+            return Ok(());
+        }
+        let path = &std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        self.paths.insert(key, path.clone());
+        let table = match &*compiled(path, key) {
+            Ok((rows, index))
+                if self.rows.write(self.next_row, rows)
+                    && self.index.write(self.next_index, index) =>
+            {
+                let table = FileTable {
+                    first: self.next_row as u32,
+                    len: rows.len() as u32,
+                    index: self.next_index as u32,
+                    blocks: index.len() as u32,
+                    block0: rows.first().map_or(0, |r| r.pc >> INDEX_SHIFT),
+                    _pad: 0,
+                };
+                self.next_row += rows.len();
+                self.next_index += index.len();
+                self.stats.files += 1;
+                self.stats.rows += rows.len() as u32;
+                table
+            }
+            Ok(_) => {
+                self.stats.full += 1;
+                FileTable::default()
+            }
+            Err(e) => {
+                self.stats.failed.push((path.to_path_buf(), e.clone()));
+                FileTable::default()
+            }
+        };
+        self.files.insert(key, table, 0)?;
+        Ok(())
+    }
+
+    /// Loads the files the kernel met without a table.
+    fn serve_misses(&mut self) -> Result<()> {
+        let missed: Vec<UnwindMiss> = self
+            .misses
+            .iter()
+            .filter_map(|r| r.ok())
+            .map(|(_, m)| m)
+            .collect();
+        for miss in missed {
+            self.serve(miss)?;
+        }
+        Ok(())
+    }
+
+    /// Loads the file of one miss, or a program that has just exec'd and its libraries.
+    fn serve(&mut self, miss: UnwindMiss) -> Result<()> {
+        if miss.start == 0 {
+            let exe = PathBuf::from(format!("/proc/{}/exe", miss.tgid));
+            if let Ok(path) = std::fs::read_link(&exe) {
+                self.stats.on_demand += 1;
+                self.load_with_libraries(&path);
+            }
+            return Ok(());
+        }
+        let key = miss.file;
+        let link = format!(
+            "/proc/{}/map_files/{:x}-{:x}",
+            miss.tgid, miss.start, miss.end
+        );
+        match std::fs::read_link(&link) {
+            Ok(path) => {
+                self.stats.on_demand += 1;
+                self.load(key, &path)?;
+            }
+            Err(e) if !self.paths.contains_key(&key) => {
+                // The process is gone: its file stays without a table this trace.
+                let path = PathBuf::from(format!("[dev {:x} inode {}]", key.dev, key.ino));
+                self.paths.insert(key, path.clone());
+                self.stats.failed.push((path, format!("{link}: {e}")));
+                self.files.insert(key, FileTable::default(), 0)?;
+            }
+            Err(_) => {}
+        }
+        let _ = self.misses.remove(&key);
+        Ok(())
+    }
+
+    fn load_with_libraries(&mut self, program: &Path) {
+        for path in with_libraries(program) {
+            if let Ok(key) = file_key(&path) {
+                let _ = self.load(key, &path);
+            }
+        }
+    }
+}
+
+/// The tables of one trace and the thread that loads them on demand; stops with Drop.
+pub struct UnwindTables {
+    loader: Arc<Mutex<Loader>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
+where
+    T: TryFrom<Map>,
+    <T as TryFrom<Map>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    let map = ebpf.take_map(name).with_context(|| format!("{name} map"))?;
+    Ok(T::try_from(map)?)
+}
+
+impl UnwindTables {
+    /// Takes the unwinder's maps out of `ebpf` and starts the on-demand loader.
+    pub fn start(ebpf: &mut Ebpf) -> Result<UnwindTables> {
+        let loader = Loader {
+            rows: Mmapped::new(ebpf, "UNWIND_ROWS", MAX_UNWIND_ROWS)?,
+            next_row: 0,
+            index: Mmapped::new(ebpf, "UNWIND_INDEX", MAX_UNWIND_INDEX)?,
+            next_index: 0,
+            files: take(ebpf, "UNWIND_FILES")?,
+            misses: take(ebpf, "UNWIND_MISSES")?,
+            paths: BTreeMap::new(),
+            stats: TableStats::default(),
+        };
+        let loader = Arc::new(Mutex::new(loader));
+        let stop = Arc::new(AtomicBool::new(false));
+        let wake: RingBuf<MapData> = take(ebpf, "UNWIND_WAKE")?;
+        let mut on: aya::maps::Array<_, u32> =
+            aya::maps::Array::try_from(ebpf.map_mut("UNWIND_ON").context("UNWIND_ON map")?)?;
+        on.set(0, 1, 0)?;
+        let thread = {
+            let (loader, stop) = (loader.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("fsprof-unwind".into())
+                .spawn(move || {
+                    if let Err(e) = serve(&loader, &stop, wake) {
+                        eprintln!("fsprof: warning: loading unwind tables: {e:#}");
+                    }
+                })?
+        };
+        let tables = UnwindTables {
+            loader,
+            stop,
+            thread: Some(thread),
+        };
+        Ok(tables)
+    }
+
+    /// Loads the tables of `program` and of everything it links, before it runs.
+    pub fn preload(&self, program: &Path) {
+        self.loader.lock().unwrap().load_with_libraries(program);
+    }
+
+    /// Paths of the files the kernel met, by key, and the tables' figures.
+    pub fn finish(&self) -> (BTreeMap<FileKey, PathBuf>, TableStats) {
+        let mut loader = self.loader.lock().unwrap();
+        let _ = loader.serve_misses();
+        (loader.paths.clone(), loader.stats.clone())
+    }
+}
+
+/// The loader thread: serves the kernel's wakeups until `stop`.
+fn serve(loader: &Mutex<Loader>, stop: &AtomicBool, mut wake: RingBuf<MapData>) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = wake.as_raw_fd();
+    while !stop.load(Ordering::Relaxed) {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, MISS_POLL.as_millis() as i32) };
+        let mut events = Vec::new();
+        while let Some(item) = wake.next() {
+            if item.len() >= size_of::<UnwindMiss>() {
+                // SAFETY: the kernel wrote an UnwindMiss; read unaligned from the ring.
+                events
+                    .push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<UnwindMiss>()) });
+            }
+        }
+        let mut l = loader.lock().unwrap();
+        for miss in events {
+            l.serve(miss)?;
+        }
+        if pfd.revents == 0 {
+            l.serve_misses()?;
+        }
+    }
+    Ok(())
+}
+
+impl Drop for UnwindTables {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where the dynamic loader looks for libraries on Debian (ld.so.conf.d), in order.
+const LIBRARY_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+    "/usr/local/lib",
+];
+
+/// `program`, its interpreter and the libraries it needs, transitively.
+fn with_libraries(program: &Path) -> Vec<PathBuf> {
+    let mut out = vec![program.to_path_buf()];
+    let mut seen: StdHashMap<String, ()> = StdHashMap::new();
+    let mut i = 0;
+    while i < out.len() {
+        let Ok(data) = std::fs::read(&out[i]) else {
+            i += 1;
+            continue;
+        };
+        let Ok(elf) = object::File::parse(&*data) else {
+            i += 1;
+            continue;
+        };
+        let mut wanted = needed(&elf);
+        if let Some(interp) = interpreter(&elf) {
+            wanted.push(interp);
+        }
+        for name in wanted {
+            if seen.insert(name.clone(), ()).is_some() {
+                continue;
+            }
+            let found = if name.starts_with('/') {
+                Some(PathBuf::from(&name))
+            } else {
+                LIBRARY_DIRS
+                    .iter()
+                    .map(|d| Path::new(d).join(&name))
+                    .find(|p| p.exists())
+            };
+            out.extend(found);
+        }
+        i += 1;
+    }
+    out
+}
+
+fn interpreter(elf: &object::File) -> Option<String> {
+    let s = elf.section_by_name(".interp")?;
+    let d = s.data().ok()?;
+    let end = d.iter().position(|&b| b == 0).unwrap_or(d.len());
+    Some(String::from_utf8_lossy(&d[..end]).into_owned())
+}
+
+/// DT_NEEDED entries of a 64-bit little-endian ELF file.
+fn needed(elf: &object::File) -> Vec<String> {
+    let (Some(dynamic), Some(dynstr)) = (
+        elf.section_by_name(".dynamic"),
+        elf.section_by_name(".dynstr"),
+    ) else {
+        return Vec::new();
+    };
+    let (Ok(d), Ok(strs)) = (dynamic.data(), dynstr.data()) else {
+        return Vec::new();
+    };
+    const DT_NEEDED: u64 = 1;
+    d.chunks_exact(16)
+        .filter_map(|e| {
+            let tag = u64::from_le_bytes(e[..8].try_into().ok()?);
+            let val = u64::from_le_bytes(e[8..].try_into().ok()?) as usize;
+            (tag == DT_NEEDED).then_some(())?;
+            let s = strs.get(val..)?;
+            let end = s.iter().position(|&b| b == 0)?;
+            Some(String::from_utf8_lossy(&s[..end]).into_owned())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_entries_cover_their_block_start() {
+        let row = |pc| UnwindRow {
+            pc,
+            rule: RULE_RSP,
+            ..UnwindRow::default()
+        };
+        // Blocks of 1 KiB: rows at 0x500, 0x600 (block 1), none in block 2, 0xc10 (block 3).
+        let rows = [row(0x500), row(0x600), row(0xc10)];
+        assert_eq!(index(&rows), [[0, 1], [1, 1], [1, 2]]);
+        // A lookup at 0xc00 (block 3) halves over rows [1, 2]: 0x600 covers it.
+        assert!(index(&[]).is_empty());
+    }
+
+    #[test]
+    fn libc_table_has_rules_and_ends() {
+        let libc = with_libraries(Path::new("/bin/ls"))
+            .into_iter()
+            .find(|p| p.to_string_lossy().contains("libc.so"))
+            .expect("ls links libc");
+        let rows = compile(&libc).unwrap();
+        assert!(rows.len() > 5000, "{} rows", rows.len());
+        assert!(rows.windows(2).all(|w| w[0].pc < w[1].pc));
+        // _start-like entries (clone3, the thread start) mark the outermost frame.
+        assert!(rows.iter().any(|r| r.rule == RULE_END));
+        let rsp = rows.iter().filter(|r| r.rule == RULE_RSP).count();
+        assert!(
+            rsp > rows.len() / 2,
+            "{rsp} of {} rows are rsp-based",
+            rows.len()
+        );
+    }
+}
