@@ -5,7 +5,7 @@
 //! user registers. A stack that cannot go on ends in one marker frame saying why.
 
 /// Rows over all loaded files: libc has 28k, PostgreSQL 77k, fsprof itself 91k.
-pub const MAX_UNWIND_ROWS: u32 = 1 << 22;
+pub const MAX_UNWIND_ROWS: u32 = 1 << 21;
 /// Files with a table (or a "no table" entry) at once.
 pub const MAX_UNWIND_FILES: u32 = 4096;
 /// Files the kernel met without a table, waiting for userspace to load one.
@@ -13,16 +13,16 @@ pub const MAX_UNWIND_MISSES: u32 = 256;
 /// Code mappings remembered per process image (executable, libc, loader, a few libraries);
 /// a power of two (the kernel side wraps with a mask).
 pub const PROCESS_MAPPINGS: usize = 32;
-/// Process images whose mappings are remembered per trace.
-pub const MAX_PROCESSES: u32 = 8192;
+/// Process images whose mappings are remembered per trace (allocated as met).
+pub const MAX_PROCESSES: u32 = 16384;
 /// Iterations of the binary search over one file's rows: 2^23 rows at most.
 pub const SEARCH_STEPS: u32 = 23;
 /// Each file's rows are indexed per 2^INDEX_SHIFT bytes of its code (UNWIND_INDEX), so a
 /// lookup halves over the ~20 rows of one such block, in a few cache lines, instead of
 /// over the whole file (~16 cache misses, 0.5 µs a frame, measured).
 pub const INDEX_SHIFT: u32 = 10;
-/// Index entries over all loaded files: 4 GiB of code.
-pub const MAX_UNWIND_INDEX: u32 = 1 << 22;
+/// Index entries over all loaded files: 1 GiB of code.
+pub const MAX_UNWIND_INDEX: u32 = 1 << 20;
 
 /// A file as the kernel knows it: superblock dev_t (kernel encoding) and inode number.
 #[repr(C)]

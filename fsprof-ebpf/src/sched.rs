@@ -111,12 +111,18 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             }
         }
         let stacks = conf!(stacks) != 0;
-        // Back in its own context: a stack picked at the last switch-in takes its user half.
+        let period = conf!(off_cpu_period_ns);
+        // Back in its own context: a stack picked at the last switch-in takes its user half;
+        // inside a syscall, a new one waits until a stack is picked (the thread's next
+        // switch-out or syscall exit takes it). One call site: the unwinder is big, and the
+        // verifier walks it once per site.
         let mut user = cached_ustack;
-        if stacks && unsafe { offcpu::awaiting(t) } {
-            if user == 0 && state & TASK_DEAD == 0 {
-                user = capture_user(SLOT_SCHED, current_tgid());
-            }
+        let awaiting = stacks && unsafe { offcpu::awaiting(t) };
+        if stacks && user == 0 && state & TASK_DEAD == 0 && (awaiting || !in_syscall || period == 0)
+        {
+            user = capture_user(SLOT_SCHED, current_tgid());
+        }
+        if awaiting {
             unsafe { offcpu::complete(t, prev_tid, user) };
         }
         if state & TASK_DEAD != 0 {
@@ -131,12 +137,6 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             unfollow(prev_tid);
             count(Counter::TasksExited);
         } else {
-            let period = conf!(off_cpu_period_ns);
-            // Inside a syscall the user stack waits until a stack is picked: the thread's
-            // next switch-out or syscall exit takes it.
-            if stacks && user == 0 && (!in_syscall || period == 0) {
-                user = capture_user(SLOT_SCHED, current_tgid());
-            }
             unsafe {
                 // Kept for the next episode of the same syscall only.
                 (*t).ustack = if in_syscall { user } else { 0 };

@@ -180,6 +180,8 @@ struct Sample {
     sys: f64,
     probe_ns: Option<u64>,
     programs: Vec<(String, u64, u64)>,
+    /// User stacks unwound in the kernel: (stacks, frames, ns).
+    unwound: (u64, u64, u64),
 }
 
 struct Bench {
@@ -257,6 +259,9 @@ impl Bench {
         if mode.fsprof_args().is_some() {
             let json = self.files.join("trace.json");
             let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+            let u = &v["stacks"]["user_stacks"];
+            let n = |k: &str| u[k].as_u64().unwrap_or(0);
+            s.unwound = (n("unwound"), n("frames"), n("unwind_ns"));
             let cost = &v["profile"]["probe_cost"];
             s.probe_ns = cost["run_ns"].as_u64();
             for p in cost["programs"].as_array().into_iter().flatten() {
@@ -311,6 +316,41 @@ fn print_fs_ratios(
                 })
                 .collect();
             println!("  {w:<5} {fs}/{first}: {}", cells.join(", "));
+        }
+    }
+}
+
+/// What user stacks cost in each mode with stacks (median run): unwound in the kernel from
+/// DWARF CFI, so no stack bytes are copied to userspace.
+fn print_unwinder(
+    samples: &BTreeMap<(String, String, usize), Vec<Sample>>,
+    filesystems: &[String],
+    sel: &[usize],
+) {
+    println!(
+        "\nuser stacks (unwound in the kernel, 0 bytes of stack copied to userspace), median run:"
+    );
+    for w in WORKLOADS {
+        for fs in filesystems {
+            let cells: Vec<String> = sel
+                .iter()
+                .filter_map(|&m| {
+                    let mut v = samples.get(&(w.to_string(), fs.clone(), m))?.clone();
+                    v.sort_by_key(|s| s.unwound.0);
+                    let (n, frames, ns) = v.get(v.len() / 2)?.unwound;
+                    (n > 0).then(|| {
+                        format!(
+                            "{} {n} stacks × {:.1} frames, {:.1} µs each",
+                            MODES[m].label(),
+                            frames as f64 / n as f64,
+                            ns as f64 / n as f64 / 1e3
+                        )
+                    })
+                })
+                .collect();
+            if !cells.is_empty() {
+                println!("  {w:<5} {fs:<5} {}", cells.join("; "));
+            }
         }
     }
 }
@@ -624,6 +664,7 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
             );
         }
     }
+    print_unwinder(&samples, filesystems, &sel);
     syscall_cost(&bench, &sel, runs)?;
     let mut startup = Vec::new();
     for _ in 0..runs {

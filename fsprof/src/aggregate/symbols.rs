@@ -41,13 +41,23 @@ const SCAN_DIRS: &[(&str, u32)] = &[
 
 impl FileIndex {
     fn new() -> FileIndex {
+        let mut pending: Vec<(PathBuf, u32)> = SCAN_DIRS
+            .iter()
+            .rev()
+            .map(|&(d, depth)| (PathBuf::from(d), depth + 1))
+            .collect();
+        // The files fsprof maps itself (its program, libc, the loader) first: a child it
+        // forks runs them before it execs.
+        if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+            let own = maps.lines().filter_map(|l| l.split_whitespace().nth(5));
+            pending.extend(
+                own.filter(|p| p.starts_with('/'))
+                    .map(|p| (PathBuf::from(p), 0)),
+            );
+        }
         FileIndex {
             paths: HashMap::new(),
-            pending: SCAN_DIRS
-                .iter()
-                .rev()
-                .map(|&(d, depth)| (PathBuf::from(d), depth + 1))
-                .collect(),
+            pending,
         }
     }
 

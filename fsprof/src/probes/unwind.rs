@@ -35,7 +35,7 @@ use object::{Object, ObjectSection, ObjectSegment};
 
 /// The loader wakes on the kernel's ring (UNWIND_WAKE) and, in case the ring overflowed,
 /// looks at UNWIND_MISSES this often.
-const MISS_POLL: Duration = Duration::from_millis(50);
+const MISS_POLL: Duration = Duration::from_millis(10);
 
 /// What the tables cover, for the report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -455,6 +455,10 @@ impl UnwindTables {
             stop,
             thread: Some(thread),
         };
+        // A child fsprof forks runs fsprof's own code until it execs.
+        if let Ok(me) = std::env::current_exe() {
+            tables.preload(&me);
+        }
         Ok(tables)
     }
 
