@@ -378,7 +378,10 @@ fn lookup(image: ImageKey, pc: u64) -> Result<Mapping, StackEnd> {
         offset: vma.pgoff << 12,
         file: vma.file,
     };
-    remember(image, map);
+    // A frame userspace could not place is no better than a guessed one: stop instead.
+    if !remember(image, map) {
+        return Err(StackEnd::MappingsFull);
+    }
     Ok(map)
 }
 
@@ -445,9 +448,11 @@ pub fn user_pc() -> Option<u64> {
     read_kernel::<u64>(regs, REGS_IP)
 }
 
-/// Appends `map` to its image's mappings (the oldest goes when they are full).
+/// Appends `map` to its image's mappings (the oldest goes when they are full); false when
+/// the image has no entry and none could be made (USER_MAPPINGS full or, not preallocated,
+/// the kernel's element cache empty).
 #[inline(always)]
-fn remember(image: ImageKey, map: Mapping) {
+fn remember(image: ImageKey, map: Mapping) -> bool {
     let mut m = USER_MAPPINGS.get_ptr_mut(&image);
     if m.is_none()
         && let Some(zero) = NO_MAPPINGS.get(0)
@@ -460,8 +465,12 @@ fn remember(image: ImageKey, map: Mapping) {
             let i = (*m).n as usize & (PROCESS_MAPPINGS - 1);
             (*m).maps[i] = map;
             (*m).n += 1;
+            true
         },
-        None => count(Counter::UserMappingsFull),
+        None => {
+            count(Counter::UserMappingsFull);
+            false
+        }
     }
 }
 

@@ -430,40 +430,91 @@ pub fn fuse_daemon_work_is_background_work() {
     assert!(daemon_ns > 0, "{bg:?}");
 }
 
+/// Where the test program's symbols are.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Names {
+    /// In the program itself.
+    InProgram,
+    /// Only in `chain.debug` beside it, named by its .gnu_debuglink.
+    DebugLink,
+    /// Only in /usr/lib/debug/.build-id/xx/yyyy.debug, found by its build id (as Debian's
+    /// -dbgsym packages install them).
+    BuildIdDir,
+}
+
+/// A file the test put in a system directory, removed (with the directories it made) when
+/// dropped, also when the test fails.
+struct Installed(Vec<std::path::PathBuf>);
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir(p));
+        }
+    }
+}
+
+fn run_tool(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert_success(&out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// tests/c/chain.c built into `dir` as Debian builds its programs (-O2, no frame
-/// pointers); with `debug_file`, with -g and then split: the program stripped of every
-/// symbol, its names only in `chain.debug` beside it (found by .gnu_debuglink).
-fn build_chain(dir: &Path, debug_file: bool) -> std::path::PathBuf {
+/// pointers); unless `names` is InProgram, with -g and then split: the program stripped of
+/// every symbol, its names only in a separate debug file.
+fn build_chain(dir: &Path, names: Names) -> (std::path::PathBuf, Installed) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/chain.c");
-    let bin = dir.join(if debug_file {
-        "chain-stripped"
-    } else {
-        "chain"
-    });
+    let bin = dir.join(format!("chain-{names:?}"));
     let mut cc = Command::new("gcc");
     cc.args(["-O2", "-fomit-frame-pointer", "-o"])
         .arg(&bin)
         .arg(&src);
-    if debug_file {
+    if names != Names::InProgram {
         cc.arg("-g");
     }
     assert_success(&cc.output().expect("gcc (apt-get install gcc)"));
-    if debug_file {
-        let debug = dir.join("chain.debug");
-        let run = |args: &[&std::ffi::OsStr]| {
-            assert_success(&Command::new(args[0]).args(&args[1..]).output().unwrap())
-        };
-        run(&[
-            "objcopy".as_ref(),
-            "--only-keep-debug".as_ref(),
-            bin.as_ref(),
-            debug.as_ref(),
-        ]);
-        run(&["strip".as_ref(), "--strip-all".as_ref(), bin.as_ref()]);
-        let link = format!("--add-gnu-debuglink={}", debug.display());
-        run(&["objcopy".as_ref(), link.as_ref(), bin.as_ref()]);
+    let mut installed = Installed(Vec::new());
+    if names == Names::InProgram {
+        return (bin, installed);
     }
-    bin
+    let debug = match names {
+        Names::DebugLink => dir.join("chain.debug"),
+        _ => {
+            let notes = run_tool(&["readelf".as_ref(), "-n".as_ref(), bin.as_ref()]);
+            let id = notes
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("Build ID: "))
+                .expect("gcc wrote no build id")
+                .to_string();
+            let d = Path::new("/usr/lib/debug/.build-id").join(&id[..2]);
+            for dir in d.ancestors().collect::<Vec<_>>().into_iter().rev() {
+                if !dir.exists() {
+                    std::fs::create_dir(dir).unwrap();
+                    installed.0.push(dir.to_path_buf());
+                }
+            }
+            d.join(format!("{}.debug", &id[2..]))
+        }
+    };
+    // Debian's way: the program keeps a .gnu_debuglink (the name of its debug file, and a
+    // CRC), and the -dbgsym package puts the file under /usr/lib/debug/.build-id.
+    let split = dir.join("chain.debug");
+    run_tool(&[
+        "objcopy".as_ref(),
+        "--only-keep-debug".as_ref(),
+        bin.as_ref(),
+        split.as_ref(),
+    ]);
+    run_tool(&["strip".as_ref(), "--strip-all".as_ref(), bin.as_ref()]);
+    let link = format!("--add-gnu-debuglink={}", split.display());
+    run_tool(&["objcopy".as_ref(), link.as_ref(), bin.as_ref()]);
+    if debug != split {
+        installed.0.push(debug.clone());
+        std::fs::copy(&split, &debug).unwrap();
+        std::fs::remove_file(&split).unwrap();
+    }
+    (bin, installed)
 }
 
 /// The user frames of a folded stack, root first (after the thread name and any class
@@ -497,12 +548,13 @@ fn whole_chain_share<'a>(
 /// A program without frame pointers gets whole user stacks, unwound from DWARF CFI in the
 /// kernel: on-CPU samples in chain_c read `_start … main → chain_a → chain_b → chain_c`,
 /// its waits in read() `… main → chain_a → chain_b → read`; the completeness figure says
-/// so; no frame is made up. Stripped of its symbols, its names come from its debug file.
+/// so; no frame is made up. Stripped of its symbols, its names come from its debug file,
+/// beside it by .gnu_debuglink or under /usr/lib/debug by build id.
 pub fn user_stacks_are_whole_without_frame_pointers() {
     let out = TempDir::new("chain");
-    for debug_file in [false, true] {
-        let bin = build_chain(&out.0, debug_file);
-        let flames = out.0.join(format!("fl{debug_file}"));
+    for names in [Names::InProgram, Names::DebugLink, Names::BuildIdDir] {
+        let (bin, _installed) = build_chain(&out.0, names);
+        let flames = out.0.join(format!("fl-{names:?}"));
         let r = trace_with_stacks(
             argv(&[bin.to_str().unwrap(), "10", "60"]),
             Some(&out.0),
