@@ -374,8 +374,8 @@ indexed_enum! {
         UserStackFailed = 4,
         /// New stacks that found STACK_IDS full (time goes to the "unavailable" stack).
         StackTableFull = 5,
-        /// Code mappings the unwinder could not remember (USER_MAPPINGS full): stacks end
-        /// there in "[stack ends: mapping table full]".
+        /// Code mappings the unwinder could not remember (USER_MAPPINGS full): frames in
+        /// them show as "[mapping not recorded]".
         UserMappingsFull = 6,
         /// (stack, class) weights that could not be created: that time is missing from stacks.
         StackWeightsFull = 7,

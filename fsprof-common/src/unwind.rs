@@ -136,12 +136,10 @@ pub enum StackEnd {
     /// two programs, or a jump to nowhere) or its memory is gone (exiting). Not a user
     /// stack; not counted as cut.
     NoUserCode = 7,
-    /// The mapping could not be remembered for userspace (USER_MAPPINGS full).
-    MappingsFull = 8,
 }
 
 impl StackEnd {
-    pub const ALL: [StackEnd; 8] = [
+    pub const ALL: [StackEnd; 7] = [
         StackEnd::NotLoaded,
         StackEnd::NoUnwindInfo,
         StackEnd::Unmapped,
@@ -149,7 +147,6 @@ impl StackEnd {
         StackEnd::TooDeep,
         StackEnd::LookupBusy,
         StackEnd::NoUserCode,
-        StackEnd::MappingsFull,
     ];
 
     /// The marker `frame` stands for, if it is one.
@@ -167,7 +164,6 @@ impl StackEnd {
             StackEnd::TooDeep => "[stack ends: depth limit]",
             StackEnd::LookupBusy => "[stack ends: mapping lookup busy]",
             StackEnd::NoUserCode => "[no user code: exec or exit]",
-            StackEnd::MappingsFull => "[stack ends: mapping table full]",
         }
     }
 }

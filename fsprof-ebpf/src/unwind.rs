@@ -378,10 +378,7 @@ fn lookup(image: ImageKey, pc: u64) -> Result<Mapping, StackEnd> {
         offset: vma.pgoff << 12,
         file: vma.file,
     };
-    // A frame userspace could not place is no better than a guessed one: stop instead.
-    if !remember(image, map) {
-        return Err(StackEnd::MappingsFull);
-    }
+    remember(image, map);
     Ok(map)
 }
 
@@ -448,11 +445,9 @@ pub fn user_pc() -> Option<u64> {
     read_kernel::<u64>(regs, REGS_IP)
 }
 
-/// Appends `map` to its image's mappings (the oldest goes when they are full); false when
-/// the image has no entry and none could be made (USER_MAPPINGS full or, not preallocated,
-/// the kernel's element cache empty).
+/// Appends `map` to its image's mappings (the oldest goes when they are full).
 #[inline(always)]
-fn remember(image: ImageKey, map: Mapping) -> bool {
+fn remember(image: ImageKey, map: Mapping) {
     let mut m = USER_MAPPINGS.get_ptr_mut(&image);
     if m.is_none()
         && let Some(zero) = NO_MAPPINGS.get(0)
@@ -465,12 +460,8 @@ fn remember(image: ImageKey, map: Mapping) -> bool {
             let i = (*m).n as usize & (PROCESS_MAPPINGS - 1);
             (*m).maps[i] = map;
             (*m).n += 1;
-            true
         },
-        None => {
-            count(Counter::UserMappingsFull);
-            false
-        }
+        None => count(Counter::UserMappingsFull),
     }
 }
 
