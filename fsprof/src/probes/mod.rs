@@ -331,15 +331,7 @@ impl Probes {
 
     /// The files the user-stack unwinder met, by the kernel's key, with their paths.
     pub fn unwind_files(&self) -> std::collections::BTreeMap<FileKey, PathBuf> {
-        self.unwind
-            .as_ref()
-            .map(|u| u.finish().0)
-            .unwrap_or_default()
-    }
-
-    /// What the unwind tables covered.
-    pub fn unwind_stats(&self) -> Option<unwind::TableStats> {
-        self.unwind.as_ref().map(|u| u.finish().1)
+        self.unwind.as_ref().map(|u| u.finish()).unwrap_or_default()
     }
 
     /// The kernel's run-time statistics of fsprof's programs so far; ends the measuring.

@@ -37,19 +37,6 @@ use object::{Object, ObjectSection, ObjectSegment};
 /// looks at UNWIND_MISSES this often.
 const MISS_POLL: Duration = Duration::from_millis(10);
 
-/// What the tables cover, for the report.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TableStats {
-    pub files: u32,
-    pub rows: u32,
-    /// Files loaded on demand (met by the kernel first).
-    pub on_demand: u32,
-    /// Files without usable CFI, or whose path could not be found, and why.
-    pub failed: Vec<(PathBuf, String)>,
-    /// Files that did not fit into UNWIND_ROWS.
-    pub full: u32,
-}
-
 /// The kernel's key of the file at `path` (stat's device in the kernel's dev_t encoding).
 pub fn file_key(path: &Path) -> Result<FileKey> {
     let m = std::fs::metadata(path).with_context(|| format!("stat {}", path.display()))?;
@@ -306,7 +293,6 @@ struct Loader {
     files: HashMap<MapData, FileKey, FileTable>,
     misses: HashMap<MapData, FileKey, UnwindMiss>,
     paths: BTreeMap<FileKey, PathBuf>,
-    stats: TableStats,
 }
 
 impl Loader {
@@ -332,18 +318,10 @@ impl Loader {
                 };
                 self.next_row += rows.len();
                 self.next_index += index.len();
-                self.stats.files += 1;
-                self.stats.rows += rows.len() as u32;
                 table
             }
-            Ok(_) => {
-                self.stats.full += 1;
-                FileTable::default()
-            }
-            Err(e) => {
-                self.stats.failed.push((path.to_path_buf(), e.clone()));
-                FileTable::default()
-            }
+            // No room left, or no usable CFI: its stacks end in "no unwind info".
+            Ok(_) | Err(_) => FileTable::default(),
         };
         self.files.insert(key, table, 0)?;
         Ok(())
@@ -368,7 +346,6 @@ impl Loader {
         if miss.start == 0 {
             let exe = PathBuf::from(format!("/proc/{}/exe", miss.tgid));
             if let Ok(path) = std::fs::read_link(&exe) {
-                self.stats.on_demand += 1;
                 self.load_with_libraries(&path);
             }
             return Ok(());
@@ -380,14 +357,12 @@ impl Loader {
         );
         match std::fs::read_link(&link) {
             Ok(path) => {
-                self.stats.on_demand += 1;
                 self.load(key, &path)?;
             }
-            Err(e) if !self.paths.contains_key(&key) => {
+            Err(_) if !self.paths.contains_key(&key) => {
                 // The process is gone: its file stays without a table this trace.
                 let path = PathBuf::from(format!("[dev {:x} inode {}]", key.dev, key.ino));
-                self.paths.insert(key, path.clone());
-                self.stats.failed.push((path, format!("{link}: {e}")));
+                self.paths.insert(key, path);
                 self.files.insert(key, FileTable::default(), 0)?;
             }
             Err(_) => {}
@@ -432,7 +407,6 @@ impl UnwindTables {
             files: take(ebpf, "UNWIND_FILES")?,
             misses: take(ebpf, "UNWIND_MISSES")?,
             paths: BTreeMap::new(),
-            stats: TableStats::default(),
         };
         let loader = Arc::new(Mutex::new(loader));
         let stop = Arc::new(AtomicBool::new(false));
@@ -467,11 +441,11 @@ impl UnwindTables {
         self.loader.lock().unwrap().load_with_libraries(program);
     }
 
-    /// Paths of the files the kernel met, by key, and the tables' figures.
-    pub fn finish(&self) -> (BTreeMap<FileKey, PathBuf>, TableStats) {
+    /// Paths of the files the kernel met, by key.
+    pub fn finish(&self) -> BTreeMap<FileKey, PathBuf> {
         let mut loader = self.loader.lock().unwrap();
         let _ = loader.serve_misses();
-        (loader.paths.clone(), loader.stats.clone())
+        loader.paths.clone()
     }
 }
 
