@@ -243,6 +243,10 @@ pub struct BlockStats {
     pub issued: u64,
     pub queue_ns: u64,
     pub device_ns: u64,
+    /// Requests whose completion was not seen: their INFLIGHT entry was still taken when
+    /// the tag was issued again (a tag is freed only after its request completes). Those
+    /// still in flight at the end are counted from the tables by userspace.
+    pub unseen: u64,
 }
 
 /// Per-thread state of a followed task. The thread itself is the only writer except for
@@ -331,7 +335,8 @@ pub struct RequestTimes {
     pub rq: u64,
     pub issue: u64,
     pub class: u32,
-    pub _pad: u32,
+    /// Kernel dev_t: whose request an entry left at the end of a trace is.
+    pub dev: u32,
 }
 
 indexed_enum! {

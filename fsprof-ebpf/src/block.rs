@@ -6,6 +6,7 @@
 //! others (a disk that appeared during the trace) in the hashes.
 
 use aya_ebpf::{
+    bindings::BPF_F_MMAPABLE,
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::BtfTracePointContext,
@@ -28,9 +29,10 @@ static BLOCK_SLOTS: PerCpuArray<BlockStats> =
     PerCpuArray::with_max_entries(MAX_BLOCK_SLOTS * BLOCK_CLASSES, 0);
 
 /// Requests in flight on devices with a slot, at `inflight_index`. An entry whose request
-/// was never seen to complete is simply overwritten by the tag's next request.
+/// was never seen to complete is counted as unseen when the tag's next request takes it;
+/// userspace reads what is left at the end through a mapping.
 #[map]
-static INFLIGHT: Array<RequestTimes> = Array::with_max_entries(MAX_INFLIGHT_SLOTS, 0);
+static INFLIGHT: Array<RequestTimes> = Array::with_max_entries(MAX_INFLIGHT_SLOTS, BPF_F_MMAPABLE);
 
 /// The other requests issued and not yet completed or requeued: every one leaves again,
 /// so the table needs no LRU (whose inserts cost twice a plain hash's).
@@ -196,12 +198,20 @@ pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
         rq: rq as u64,
         issue: ts,
         class,
-        _pad: 0,
+        dev,
     };
     match place_of(rq, slot) {
         // The driver sees the request only after this returns: its completion, on any
         // CPU, finds the entry whole.
-        Place::Array(e) => unsafe { *e = times },
+        Place::Array(e) => unsafe {
+            let before = *e;
+            if before.rq != 0
+                && let Some(s) = stats(before.dev, slot, before.class)
+            {
+                (*s).unseen += 1;
+            }
+            *e = times
+        },
         Place::Hash => {
             if REQUESTS.insert(rq as u64, times, 0).is_err() {
                 lost(Lost::RequestTableFull);

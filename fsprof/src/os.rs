@@ -19,6 +19,12 @@ pub fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
     Some(s.trim().to_string())
 }
 
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns and of the kernel log's stamps.
+pub fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 pub fn kernel_release() -> String {
     read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default()
 }

@@ -88,9 +88,27 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
     env_ptrs.push(std::ptr::null());
     let (hold_r, hold_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
+    // fsprof's signals stay blocked across the fork until the child has the default
+    // handlers: one arriving in between kills the child as it would the command, instead
+    // of running fsprof's handler in it.
+    // SAFETY: sigset_t is plain data (zeroes valid), then set by sigemptyset/sigaddset;
+    // pthread_sigmask gets pointers to these live locals.
+    let (mut ours, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe {
+        libc::sigemptyset(&mut ours);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut ours, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &ours, &mut old);
+    }
     // SAFETY: the child only makes async-signal-safe calls on memory prepared before the
     // fork (no allocation, no locks) and ends in execv or _exit.
     let pid = unsafe { libc::fork() };
+    if pid != 0 {
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    }
     if pid < 0 {
         return Err(std::io::Error::last_os_error()).context("fork");
     }
@@ -104,6 +122,7 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
             for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
                 libc::signal(sig, libc::SIG_DFL);
             }
+            libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
             let mut b = 0u8;
             // The parent closing without writing means it gave up: do not run the command.
             if libc::read(hold_r, (&mut b as *mut u8).cast(), 1) != 1 {
@@ -142,9 +161,16 @@ impl Held {
     pub fn run(mut self) -> Result<Exit> {
         signals::set_child(self.pid);
         let start = Instant::now();
-        self.release
-            .write_all(b"g")
-            .context("releasing the child")?;
+        // A SIGTERM that came before the child was known was not passed on: the command
+        // never starts, and ends as one killed by it would (its handlers are the defaults).
+        if signals::received() == Some(libc::SIGTERM) {
+            // SAFETY: our own child, not yet reaped.
+            unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        } else {
+            self.release
+                .write_all(b"g")
+                .context("releasing the child")?;
+        }
         drop(self.release);
         // EOF (exec closed the CLOEXEC pipe) means the command started; 4 bytes are errno.
         let mut errno = [0u8; 4];

@@ -13,8 +13,20 @@ pub fn duration_ns(ns: u64) -> String {
     }
 }
 
+/// A step-sized time in seconds with 3 decimals; below 10 ms, where that keeps one digit or
+/// none, in the unit that keeps three (a 0.4 ms mount is not `0.000s`).
 pub fn seconds(ns: u64) -> String {
-    format!("{:.3}s", ns as f64 / 1e9)
+    if ns == 0 || ns >= 10_000_000 {
+        format!("{:.3}s", ns as f64 / 1e9)
+    } else {
+        duration_ns(ns)
+    }
+}
+
+/// `1 pass`, `3 passes`.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 pub fn bytes(b: u64) -> String {
@@ -50,5 +62,11 @@ mod tests {
         assert_eq!(duration_ns(2_500_000_000), "2.500s");
         assert_eq!(bytes(4096), "4.0KiB");
         assert_eq!(percent(1, 4), "25.0%");
+        assert_eq!(seconds(420_000), "420.0µs");
+        assert_eq!(seconds(3_250_000), "3.25ms");
+        assert_eq!(seconds(12_345_678), "0.012s");
+        assert_eq!(seconds(0), "0.000s");
+        assert_eq!(count(1u32, "pass", "passes"), "1 pass");
+        assert_eq!(count(3u32, "pass", "passes"), "3 passes");
     }
 }

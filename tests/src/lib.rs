@@ -231,3 +231,81 @@ pub fn block_bytes(r: &TraceResult, class: &str) -> u64 {
         .map(|b| b.bytes)
         .sum()
 }
+
+/// A running `fsprof` child that has attached its probes, killed (SIGKILL) and reaped if
+/// the test fails before it ends it, so a failing assert leaves no tracer running.
+pub struct Attached {
+    child: Option<std::process::Child>,
+    /// What it printed on stderr up to "attached tracepoints".
+    pub stderr: String,
+}
+
+impl Attached {
+    /// Starts `fsprof ARGS` and returns once it says it attached its probes.
+    pub fn spawn(args: &[&str]) -> Attached {
+        let mut child = Command::new(fsprof_bin())
+            .args(args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let mut seen = String::new();
+        let mut buf = [0u8; 512];
+        let mut a = Attached {
+            child: Some(child),
+            stderr: String::new(),
+        };
+        while !seen.contains("attached tracepoints") {
+            let n = std::io::Read::read(&mut err, &mut buf).unwrap();
+            assert!(n > 0, "fsprof ended before attaching: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        // Keep reading, so the child never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        a.stderr = seen;
+        a
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Sends `signal` and waits: the exit status.
+    pub fn signal(mut self, signal: i32) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: signalling our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        child.wait().unwrap()
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs `fsprof cleanup` when the test panics while this is alive: what a killed run left
+/// (mount, loop device, image) does not outlive a failing test.
+pub struct CleanupOnFailure;
+
+impl Drop for CleanupOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = Command::new(fsprof_bin()).arg("cleanup").output();
+        }
+    }
+}
+
+/// The type of the filesystem that holds `p` (from /proc/self/mountinfo).
+pub fn fs_kind_of(p: &Path) -> String {
+    let m = fsprof::lab::mountinfo::holding(
+        &fsprof::lab::mountinfo::read(),
+        &p.canonicalize().unwrap(),
+    )
+    .unwrap();
+    m.fstype
+}

@@ -53,7 +53,7 @@ enum Cmd {
             allow_hyphen_values = true
         )]
         b: String,
-        /// Steps B must be flagged as a regression in.
+        /// Steps B must be flagged in: STEP (as a regression) or STEP:improvement.
         #[arg(long, value_delimiter = ',', default_value = "db,seq-write")]
         expect: Vec<String>,
         /// Wall-time changes to inject, %.
@@ -65,6 +65,12 @@ enum Cmd {
         /// Extra `fsprof run` arguments for both sides, e.g. "--only db --passes 5".
         #[arg(long, default_value = "", allow_hyphen_values = true)]
         run: String,
+        /// Where the runs stay (a finished run is not run again).
+        #[arg(long, default_value = "/var/tmp/fsprof-verdicts")]
+        dir: std::path::PathBuf,
+        /// Also judge the first K passes of every run alone (e.g. 3 of 5).
+        #[arg(long)]
+        first_passes: Option<usize>,
     },
     /// The bench's syscall-cost target: `calls` getpid syscalls, the mean ns each written to
     /// `out`.
@@ -139,6 +145,8 @@ fn main() -> Result<()> {
             effects,
             cells,
             run,
+            dir,
+            first_passes,
         } => verdicts::calibrate(&verdicts::Plan {
             rounds,
             fs,
@@ -147,6 +155,8 @@ fn main() -> Result<()> {
             effects,
             cells,
             run_args: run.split_whitespace().map(String::from).collect(),
+            dir,
+            first_passes,
         }),
         Cmd::SyscallLoop { calls, out } => bench::syscall_loop(calls, &out),
         Cmd::Test { args } => test(&args),

@@ -18,8 +18,6 @@ use serde_json::Value;
 
 use crate::run;
 
-/// Where the runs stay between calls.
-const DIR: &str = "/var/tmp/fsprof-verdicts";
 const FSPROF: &str = "target/release/fsprof";
 
 pub struct Plan {
@@ -27,7 +25,8 @@ pub struct Plan {
     pub fs: Vec<String>,
     /// The B side's extra `fsprof run` arguments, e.g. `--mount-opts ext4:data=journal`.
     pub b_args: Vec<String>,
-    /// Steps the A/B difference is expected in, e.g. db,seq-write.
+    /// Steps the A/B difference is expected in, e.g. db,seq-write (regressions) or
+    /// db:improvement.
     pub expect: Vec<String>,
     /// Injected wall-time changes, %.
     pub effects: Vec<f64>,
@@ -35,6 +34,23 @@ pub struct Plan {
     pub cells: usize,
     /// Extra `fsprof run` arguments for both sides (e.g. `--only …`, `--passes 5`).
     pub run_args: Vec<String>,
+    /// Where the runs stay between calls.
+    pub dir: PathBuf,
+    /// Also judge the first K passes of every run alone.
+    pub first_passes: Option<usize>,
+}
+
+impl Plan {
+    /// (step, verdict) of each expected difference.
+    fn expected(&self) -> Vec<(&str, &str)> {
+        self.expect
+            .iter()
+            .map(|e| match e.split_once(':') {
+                Some((step, v)) => (step, v),
+                None => (e.as_str(), "regression"),
+            })
+            .collect()
+    }
 }
 
 /// Runs one side into `out`, unless a complete run is there already (a report can be made
@@ -65,7 +81,7 @@ fn fsprof_run(plan: &Plan, out: &Path, b: bool) -> Result<()> {
 
 /// `fsprof compare BASE NEW --json`, parsed.
 fn compare(base: &Path, new: &Path) -> Result<Value> {
-    let json = Path::new(DIR).join("cmp.json");
+    let json = base.with_file_name("cmp.json");
     let out = Command::new(FSPROF)
         .arg("compare")
         .args([base, new])
@@ -147,7 +163,7 @@ fn spread_cells(r: &Value, n: usize) -> Vec<(String, String)> {
 
 /// How often an injected change of the wall time of one cell is flagged, per effect.
 fn power(plan: &Plan, pairs: &[(PathBuf, PathBuf)]) -> Result<Vec<(f64, usize, usize)>> {
-    let tmp = Path::new(DIR).join("injected.json");
+    let tmp = plan.dir.join("injected.json");
     let mut out = Vec::new();
     for &effect in &plan.effects {
         let (mut hits, mut trials) = (0, 0);
@@ -206,20 +222,20 @@ fn aa_report(aa: &[(PathBuf, PathBuf)], report: &mut String) -> Result<()> {
 /// What the A/B pairs flag, and whether every expected step is among the regressions.
 fn ab_report(plan: &Plan, ab: &[(PathBuf, PathBuf)], report: &mut String) -> Result<()> {
     let mut found = 0;
+    let expect = plan.expected();
     for (i, (a, b)) in ab.iter().enumerate() {
         let c = compare(a, b)?;
         let f = flagged(&c);
-        let in_expected = |r: &&Value| plan.expect.iter().any(|s| r["step"] == s.as_str());
-        let expected = plan.expect.iter().all(|step| {
-            f.iter()
-                .any(|r| r["step"] == step.as_str() && r["verdict"] == "regression")
-        });
+        let in_expected = |r: &&Value| expect.iter().any(|(s, _)| r["step"] == *s);
+        let expected = expect
+            .iter()
+            .all(|(step, v)| f.iter().any(|r| r["step"] == *step && r["verdict"] == *v));
         found += usize::from(expected);
         let mut cells: Vec<(&Value, &Value)> = f.iter().map(|r| (&r["fs"], &r["step"])).collect();
         cells.dedup();
         let _ = writeln!(
             report,
-            "A/B round {}: {} flagged ({} regressions) in {} cells; regressions in every expected step ({}): {}{}",
+            "A/B round {}: {} flagged ({} regressions) in {} cells; found in every expected step ({}): {}{}",
             i + 1,
             f.len(),
             f.iter().filter(|r| r["verdict"] == "regression").count(),
@@ -231,17 +247,50 @@ fn ab_report(plan: &Plan, ab: &[(PathBuf, PathBuf)], report: &mut String) -> Res
     }
     let _ = writeln!(
         report,
-        "A/B: the expected steps flagged as regressions in {found} of {} pairs",
+        "A/B: every expected step flagged, in its direction, in {found} of {} pairs",
         ab.len()
     );
+    Ok(())
+}
+
+/// `run` with only its first `k` passes of every filesystem, written beside it.
+fn first_passes(run: &Path, k: usize) -> Result<PathBuf> {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(run)?)?;
+    for f in v["filesystems"].as_array_mut().into_iter().flatten() {
+        if let Some(p) = f["passes"].as_array_mut() {
+            p.truncate(k);
+        }
+    }
+    v["passes"] = Value::from(k);
+    let out = run.with_extension(format!("first{k}.json"));
+    std::fs::write(&out, v.to_string())?;
+    Ok(out)
+}
+
+/// The A/A, A/B and power report of these pairs.
+fn judge(
+    plan: &Plan,
+    aa: &[(PathBuf, PathBuf)],
+    ab: &[(PathBuf, PathBuf)],
+    report: &mut String,
+) -> Result<()> {
+    aa_report(aa, report)?;
+    ab_report(plan, ab, report)?;
+    for (effect, hits, trials) in power(plan, aa)? {
+        let _ = writeln!(
+            report,
+            "power: wall +{effect:.0} % injected into one cell of an A/A pair's new side: flagged {hits} of {trials} ({:.0} %)",
+            100.0 * hits as f64 / trials.max(1) as f64
+        );
+    }
     Ok(())
 }
 
 /// Runs the rounds (or finds them done) and prints the calibration.
 pub fn calibrate(plan: &Plan) -> Result<()> {
     crate::build()?;
-    std::fs::create_dir_all(DIR).context(DIR)?;
-    let file = |name: String| Path::new(DIR).join(name);
+    std::fs::create_dir_all(&plan.dir).with_context(|| plan.dir.display().to_string())?;
+    let file = |name: String| plan.dir.join(name);
     let (mut aa, mut ab) = (Vec::new(), Vec::new());
     for i in 1..=plan.rounds {
         let (a1, b, a2) = (
@@ -262,14 +311,16 @@ pub fn calibrate(plan: &Plan) -> Result<()> {
         plan.run_args.join(" "),
         plan.b_args.join(" ")
     );
-    aa_report(&aa, &mut report)?;
-    ab_report(plan, &ab, &mut report)?;
-    for (effect, hits, trials) in power(plan, &aa)? {
-        let _ = writeln!(
-            report,
-            "power: wall +{effect:.0} % injected into one cell of an A/A pair's new side: flagged {hits} of {trials} ({:.0} %)",
-            100.0 * hits as f64 / trials.max(1) as f64
-        );
+    judge(plan, &aa, &ab, &mut report)?;
+    if let Some(k) = plan.first_passes {
+        let cut = |pairs: &[(PathBuf, PathBuf)]| -> Result<Vec<(PathBuf, PathBuf)>> {
+            pairs
+                .iter()
+                .map(|(x, y)| Ok((first_passes(x, k)?, first_passes(y, k)?)))
+                .collect()
+        };
+        let _ = writeln!(report, "the same runs, their first {k} passes only:");
+        judge(plan, &cut(&aa)?, &cut(&ab)?, &mut report)?;
     }
     print!("{report}");
     std::fs::write(file("report.txt".into()), report)?;

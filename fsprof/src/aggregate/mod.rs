@@ -1,6 +1,7 @@
 //! Reads the kernel-side aggregates out of the maps into a `Profile`.
 
 pub mod background;
+pub mod block;
 pub mod folded;
 pub mod fs_events;
 pub mod histogram;
@@ -14,8 +15,8 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use fsprof_common::{
-    BlockClass, BlockKey, BlockStats, COUNTERS, Counter, DenseHist, HistKey, HistKind, Lost,
-    MAX_SYSCALLS, SyscallStats, TaskState, TimeClass, TimeStats, kdev,
+    COUNTERS, Counter, DenseHist, HistKey, HistKind, Lost, MAX_SYSCALLS, SyscallStats, TaskState,
+    TimeClass, TimeStats,
 };
 use serde::{Deserialize, Serialize};
 
@@ -107,33 +108,8 @@ impl TimeSplit {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct BlockRow {
-    /// "major:minor"
-    pub dev: String,
-    /// Kernel name (loop0, vda) when /sys/dev/block knows it.
-    pub name: String,
-    pub class: String,
-    pub issued: u64,
-    pub completions: u64,
-    pub bytes: u64,
-    /// Request size at issue, bytes.
-    pub size: Summary,
-    /// Arrival (the kernel's own `start_time_ns`, iostat's) → issue, ns.
-    pub queue_latency: Summary,
-    /// Issue → completion of its last part, ns: one per request.
-    pub device_latency: Summary,
-}
-
 fn sum<T: aya::Pod, A: Default>(values: &PerCpuValues<T>, add: impl Fn(A, &T) -> A) -> A {
     values.iter().fold(A::default(), add)
-}
-
-fn dev_name(major: u32, minor: u32) -> String {
-    std::fs::read_link(format!("/sys/dev/block/{major}:{minor}"))
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_default()
 }
 
 /// `recursion_misses` of this trace's programs by program name, from /proc/self/fdinfo.
@@ -167,6 +143,7 @@ fn recursion_misses(probes: &Probes) -> BTreeMap<String, u64> {
 }
 
 pub(crate) use crate::probes::dense::HistId;
+pub use block::BlockRow;
 
 fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
     let map: PerCpuHashMap<_, HistKey, u64> =
@@ -301,52 +278,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
         }
     }
 
-    let add = |a: BlockStats, b: &BlockStats| BlockStats {
-        completions: a.completions + b.completions,
-        bytes: a.bytes + b.bytes,
-        issued: a.issued + b.issued,
-        queue_ns: a.queue_ns + b.queue_ns,
-        device_ns: a.device_ns + b.device_ns,
-    };
-    // Devices with a slot count in a per-CPU array, the others in the hash.
-    let mut blocks: BTreeMap<(u32, u32), BlockStats> = BTreeMap::new();
-    let hashed: PerCpuHashMap<_, BlockKey, BlockStats> =
-        PerCpuHashMap::try_from(ebpf.map("BLOCK").context("BLOCK map")?)?;
-    for item in hashed.iter() {
-        let (k, v) = item?;
-        let e = blocks.entry((k.dev, k.class)).or_default();
-        *e = add(*e, &sum(&v, add));
-    }
-    let slotted: PerCpuArray<_, BlockStats> =
-        PerCpuArray::try_from(ebpf.map("BLOCK_SLOTS").context("BLOCK_SLOTS map")?)?;
-    for (slot, &dev) in probes.dense.slots.iter().enumerate() {
-        for class in 0..fsprof_common::BLOCK_CLASSES {
-            let v = slotted.get(&(slot as u32 * fsprof_common::BLOCK_CLASSES + class), 0)?;
-            let s = sum(&v, add);
-            if s.issued + s.completions > 0 {
-                let e = blocks.entry((dev, class)).or_default();
-                *e = add(*e, &s);
-            }
-        }
-    }
-    for ((dev, class), s) in blocks {
-        let k = BlockKey { dev, class };
-        let (major, minor) = kdev::split(k.dev);
-        profile.block.push(BlockRow {
-            dev: format!("{major}:{minor}"),
-            name: dev_name(major, minor),
-            class: BlockClass::from_u32(k.class).name().to_string(),
-            issued: s.issued,
-            completions: s.completions,
-            bytes: s.bytes,
-            size: summary(&hists, HistKind::BlockSize, k.class, k.dev),
-            queue_latency: summary(&hists, HistKind::BlockQueueLatency, k.class, k.dev),
-            device_latency: summary(&hists, HistKind::BlockDeviceLatency, k.class, k.dev),
-        });
-    }
-    profile
-        .block
-        .sort_by(|a, b| (&a.name, &a.dev, &a.class).cmp(&(&b.name, &b.dev, &b.class)));
+    profile.block = block::collect(probes, &hists)?;
 
     let lost: PerCpuArray<_, u64> = PerCpuArray::try_from(ebpf.map("LOST").context("LOST map")?)?;
     for &kind in Lost::ALL {
@@ -364,6 +296,12 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
     let core: u64 = misses.values().sum();
     if core > 0 {
         profile.lost.insert("recursion_misses".to_string(), core);
+    }
+    let unseen: u64 = profile.block.iter().map(|b| b.unseen).sum();
+    if unseen > 0 {
+        profile
+            .lost
+            .insert("block_completions_unseen".to_string(), unseen);
     }
     let events: PerCpuArray<_, u64> =
         PerCpuArray::try_from(ebpf.map("EVENTS").context("EVENTS map")?)?;

@@ -20,7 +20,7 @@ use crate::{
 use crate::{
     aggregate::folded::{self, Folded},
     results::{RunResult, StepRun, dir_of},
-    units::{bytes, duration_ns, seconds},
+    units::{bytes, count, duration_ns, seconds},
 };
 
 /// Frames that say what a kernel path does for a filesystem: the background work's
@@ -446,7 +446,11 @@ fn one(c: &Cell, step: &str) -> Vec<String> {
 
 /// What compare's rule says of a figure of `a` against `b`, as a sentence part.
 fn judged(r: &Row) -> String {
-    let passes = format!("{} vs {} passes", r.n_new, r.n_base);
+    let passes = format!(
+        "{} vs {}",
+        r.n_new,
+        count(r.n_base as u64, "pass", "passes")
+    );
     match (r.verdict, r.passes_needed) {
         (Verdict::Regression | Verdict::Improvement, _) => format!(
             "a clear difference (q = {:.3}, {passes})",
@@ -469,6 +473,12 @@ fn row<'c>(c: &'c Comparison, metric: &str) -> Option<&'c Row> {
         .find(|r| r.metric == metric || r.aliases.iter().any(|a| a == metric))
 }
 
+/// Smallest difference a line of `versus` shows: 0.5 ms, and 2 % of the difference of the
+/// walls, so a second's difference is not explained with microseconds.
+fn shown_floor(wall_diff: i128) -> i128 {
+    (wall_diff.abs() / 50).max(500_000)
+}
+
 fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     let mut out = Vec::new();
     // b is the base: compare's rule over this cell pair's figures.
@@ -485,6 +495,7 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     let verdict = |metric: &str| row(&cmp, metric).map(judged);
     let (wa, wb) = (a.wall(), b.wall());
     let d = wa as i128 - wb as i128;
+    let floor = shown_floor(d);
     out.push(format!(
         "{step}: {} took {}, {} took {}: {} ({:+.0} %){}.",
         a.fs,
@@ -510,7 +521,7 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     deltas.sort_by_key(|(_, x, y)| std::cmp::Reverse(*x as i128 - *y as i128));
     let grew: Vec<String> = deltas
         .iter()
-        .filter(|(_, x, y)| *x > y + 500_000)
+        .filter(|(_, x, y)| *x as i128 - *y as i128 >= floor)
         .map(|(l, x, y)| {
             format!(
                 "{l} {} ({} vs {}{})",
@@ -526,7 +537,7 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     }
     let shrank: Vec<String> = deltas
         .iter()
-        .filter(|(_, x, y)| x + 500_000 < *y)
+        .filter(|(_, x, y)| *y as i128 - *x as i128 >= floor)
         .map(|(l, x, y)| format!("{l} {}", signed(*x as i128 - *y as i128)))
         .collect();
     if !shrank.is_empty() {
@@ -540,7 +551,7 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     let mut grew_w: Vec<(i128, String)> = names
         .into_iter()
         .map(|n| (of(&wfa, n) as i128 - of(&wfb, n) as i128, n.clone()))
-        .filter(|(d, _)| *d > 500_000)
+        .filter(|(d, _)| *d >= floor)
         .collect();
     grew_w.sort_by_key(|(d, _)| std::cmp::Reverse(*d));
     if !grew_w.is_empty() {
@@ -589,7 +600,7 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     sc.sort_by_key(|(_, d, _, _)| std::cmp::Reverse(*d));
     let calls: Vec<String> = sc
         .iter()
-        .filter(|(_, d, _, _)| *d > 0)
+        .filter(|(_, d, _, _)| *d >= floor)
         .take(3)
         .map(|(n, d, x, y)| {
             format!(
@@ -627,7 +638,7 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
         v.sort_by_key(|(_, d, _)| std::cmp::Reverse(*d));
         let items: Vec<String> = v
             .iter()
-            .filter(|(_, d, _)| *d > 0)
+            .filter(|(_, d, _)| *d * 1000 >= floor)
             .take(3)
             .map(|((class, path), d, other)| {
                 format!(

@@ -41,7 +41,8 @@ enum Cmd {
     /// Show a saved `fsprof run` results file again, or write its HTML report.
     Report(results_cmds::ReportArgs),
     /// Compare results (several files per side, comma-separated): per filesystem × step ×
-    /// figure the change, its 95 % confidence interval and Welch's t-test over the passes.
+    /// figure the change, its 95 % confidence interval, a moderated t-test over the passes
+    /// and Benjamini–Hochberg over all figures; a verdict for each.
     Compare(results_cmds::CompareArgs),
     /// Where the time of one cell went, and with --vs why it took longer than on another
     /// filesystem.
@@ -64,7 +65,7 @@ fn list(vm: &args::VmArgs, dir: &std::path::Path) -> Result<ExitCode> {
     let kernels = vm.guest_kernels(dir)?;
     if kernels.is_empty() {
         for &kind in lab::FsKind::ALL {
-            match kind.check_available() {
+            match crate::vm::check_fs_available(kind, dir) {
                 Ok(()) => println!("{:<9} available", kind.name()),
                 Err(e) => println!("{:<9} unavailable: {e}", kind.name()),
             }
@@ -174,6 +175,13 @@ pub fn main() -> ExitCode {
     };
     match dispatch(cli.cmd) {
         Ok(code) => code,
-        Err(e) => fail(&format!("{e:#}")),
+        // Stopped by a signal (after cleaning up): the status a process it killed has.
+        Err(e) => match crate::signals::received() {
+            Some(s) => {
+                fail(&format!("{e:#}"));
+                ExitCode::from(128 + s as u8)
+            }
+            None => fail(&format!("{e:#}")),
+        },
     }
 }

@@ -113,6 +113,9 @@ pub fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
     for d in &a.devices {
         opts.probes.devices.push(lab::kernel_dev_of(d)?);
     }
+    if let Some(kind) = a.fs {
+        crate::vm::check_fs_available(kind, &a.lab.dir)?;
+    }
     let result = match a.fs {
         Some(kind) => trace::run_on_lab(
             kind,

@@ -63,6 +63,7 @@ impl Mount {
         };
         let (flags, data) = split_options(options);
         let data_c = CString::new(data.as_str())?;
+        let since = Duration::from_nanos(crate::os::monotonic_ns());
         let start = Instant::now();
         let rc = mount(
             device,
@@ -74,9 +75,10 @@ impl Mount {
         let took = start.elapsed();
         if let Err(e) = rc {
             bail!(
-                "mount -t {fstype} -o {options:?} {} {}: {e}",
+                "mount -t {fstype} -o {options:?} {} {}: {e}{}",
                 device.display(),
-                target.display()
+                target.display(),
+                kernel_says(since).map_or(String::new(), |k| format!(" (kernel: {k})"))
             );
         }
         m.mounted = true;
@@ -124,6 +126,21 @@ impl Drop for Mount {
             let _ = fs::remove_dir(&self.target);
         }
     }
+}
+
+/// The kernel's own word on a refused mount, which names what it refused
+/// (`ext4: Unknown parameter 'x'`, `EXT4-fs (loop0): can't mount with journal_async_commit in
+/// data=ordered mode`): the last log line since `since` (CLOCK_MONOTONIC, the log's clock).
+fn kernel_says(since: Duration) -> Option<String> {
+    let out = std::process::Command::new("dmesg").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The two clocks may differ by a little; a line from before the mount is seconds older.
+    let from = since.as_secs_f64() - 0.1;
+    text.lines().rev().find_map(|l| {
+        let (stamp, msg) = l.strip_prefix('[')?.split_once("] ")?;
+        let at: f64 = stamp.trim().parse().ok()?;
+        (at >= from && !msg.contains("capacity change")).then(|| msg.trim().to_string())
+    })
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ pub mod btf;
 pub mod cost_windows;
 pub mod dense;
 pub mod fs_events;
+pub mod mmapped;
 pub mod offsets;
 pub mod raw_tracepoint;
 pub mod tracefs;
@@ -465,11 +466,7 @@ impl Probes {
     }
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns.
-pub fn monotonic_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use crate::os::monotonic_ns;
 
 /// How off-CPU stacks are taken, for headers and reports.
 pub fn off_cpu_stacks(period_ns: u64) -> String {

@@ -18,6 +18,7 @@ use std::{
     time::Duration,
 };
 
+use super::mmapped::Mmapped;
 use anyhow::{Context, Result, bail};
 use aya::{
     Ebpf,
@@ -226,65 +227,6 @@ fn compiled(path: &Path, key: FileKey) -> Compiled {
     c
 }
 
-/// A BPF_F_MMAPABLE array of `len` `T`s mapped into this process.
-struct Mmapped<T> {
-    ptr: *mut T,
-    len: usize,
-    /// Kept open: programs are loaded after the maps are taken, by their fds.
-    _map: MapData,
-}
-
-// SAFETY: the mapping is process-wide memory; it is only written under the Loader's mutex.
-unsafe impl<T> Send for Mmapped<T> {}
-
-impl<T: Copy> Mmapped<T> {
-    fn new(ebpf: &mut Ebpf, name: &str, len: u32) -> Result<Mmapped<T>> {
-        use std::os::fd::{AsFd, AsRawFd};
-        let Some(Map::Array(map)) = ebpf.take_map(name) else {
-            bail!("no array map {name}");
-        };
-        let len = len as usize;
-        let fd = map.fd().as_fd().as_raw_fd();
-        // SAFETY: the map holds `len` elements of T; unmapped in Drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len * size_of::<T>(),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            bail!("mapping {name}: {}", std::io::Error::last_os_error());
-        }
-        Ok(Mmapped {
-            ptr: ptr.cast(),
-            len,
-            _map: map,
-        })
-    }
-
-    /// Writes `items` at `at`; false when they do not fit.
-    fn write(&mut self, at: usize, items: &[T]) -> bool {
-        if at + items.len() > self.len {
-            return false;
-        }
-        // SAFETY: in bounds (checked above); the kernel reads these elements only after
-        // UNWIND_FILES names them.
-        unsafe { std::ptr::copy_nonoverlapping(items.as_ptr(), self.ptr.add(at), items.len()) };
-        true
-    }
-}
-
-impl<T> Drop for Mmapped<T> {
-    fn drop(&mut self) {
-        // SAFETY: the region `new` mapped; nothing uses it after the Loader is gone.
-        unsafe { libc::munmap(self.ptr.cast(), self.len * size_of::<T>()) };
-    }
-}
-
 struct Loader {
     rows: Mmapped<UnwindRow>,
     next_row: usize,
@@ -396,13 +338,20 @@ where
     Ok(T::try_from(map)?)
 }
 
+fn mmapped<T: Copy>(ebpf: &mut Ebpf, name: &str, len: u32) -> Result<Mmapped<T>> {
+    let Some(Map::Array(map)) = ebpf.take_map(name) else {
+        bail!("no array map {name}");
+    };
+    Mmapped::new(map, name, len)
+}
+
 impl UnwindTables {
     /// Takes the unwinder's maps out of `ebpf` and starts the on-demand loader.
     pub fn start(ebpf: &mut Ebpf) -> Result<UnwindTables> {
         let loader = Loader {
-            rows: Mmapped::new(ebpf, "UNWIND_ROWS", MAX_UNWIND_ROWS)?,
+            rows: mmapped(ebpf, "UNWIND_ROWS", MAX_UNWIND_ROWS)?,
             next_row: 0,
-            index: Mmapped::new(ebpf, "UNWIND_INDEX", MAX_UNWIND_INDEX)?,
+            index: mmapped(ebpf, "UNWIND_INDEX", MAX_UNWIND_INDEX)?,
             next_index: 0,
             files: take(ebpf, "UNWIND_FILES")?,
             misses: take(ebpf, "UNWIND_MISSES")?,

@@ -12,7 +12,7 @@ use super::{
     run_table::{clock, median_cells},
     table,
 };
-use crate::units::{bytes, seconds};
+use crate::units::{bytes, count, seconds};
 use crate::{
     aggregate::{histogram::Summary, stacks::UserCompleteness},
     analysis::{metrics, stats::median},
@@ -184,11 +184,11 @@ fn facts(r: &RunResult) -> String {
     row(
         "run",
         format!(
-            "suite {}, scale {}, {} passes, {} jobs, seed {}{}",
+            "suite {}, scale {}, {}, {}, seed {}{}",
             r.suite,
             r.scale,
-            r.passes,
-            r.jobs,
+            count(r.passes, "pass", "passes"),
+            count(r.jobs, "job", "jobs"),
             r.seed,
             if r.complete { "" } else { " — INCOMPLETE" }
         ),
@@ -456,14 +456,14 @@ pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Res
     let fs: Vec<String> = r.filesystems.iter().map(|f| f.column()).collect();
     let _ = writeln!(
         o,
-        "# fsprof run: suite {} on {}\n\nKernel {}, {} CPUs, {} memory; scale {}, {} passes (medians shown).\n",
+        "# fsprof run: suite {} on {}\n\nKernel {}, {} CPUs, {} memory; scale {}, {} (medians shown).\n",
         r.suite,
         fs.join(", "),
         r.kernel,
         r.cpus,
         bytes(r.memory_bytes),
         r.scale,
-        r.passes
+        count(r.passes, "pass", "passes")
     );
     if let Some(vm) = &r.vm {
         let _ = writeln!(o, "Ran {}.\n", vm.describe());

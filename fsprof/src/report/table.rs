@@ -164,6 +164,18 @@ pub fn render(r: &TraceResult) -> String {
             ],
             &rows,
         ));
+        for b in r
+            .profile
+            .block
+            .iter()
+            .filter(|b| b.unseen + b.in_flight > 0)
+        {
+            let _ = writeln!(
+                o,
+                "  {} {}: {} issued, {} never seen completing (missed: not in the figures above), {} in flight at the end",
+                b.name, b.class, b.issued, b.unseen, b.in_flight
+            );
+        }
     }
     render_stacks(&mut o, r);
     render_fs_events(&mut o, r);

@@ -196,7 +196,7 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
     signals::install();
     crate::probes::check_environment()?;
     for &kind in &opts.filesystems {
-        kind.check_available()?;
+        crate::vm::check_fs_available(kind, &opts.image_dir)?;
     }
     if let Some(dev) = &opts.device {
         device::check_user_device(dev, opts.force)?;

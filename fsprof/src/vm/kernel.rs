@@ -108,8 +108,55 @@ fn image(path: &Path, spec: &str) -> Result<GuestKernel> {
     )
 }
 
+/// The Debian kernel package fsprof names when the host's kernel lacks a driver.
+pub const DEBIAN_KERNEL: &str = "linux-image-amd64";
+
+fn deb_dir(pkg: &str, cache: &Path) -> PathBuf {
+    cache.join(pkg.replace(['/', '='], "_"))
+}
+
+/// The way on when the host kernel has no `driver`: Debian's kernel in a VM, and whether it
+/// has the driver once it has been fetched into `cache` (its modules.dep and
+/// modules.builtin say), so the advice is not a guess.
+pub fn missing_driver_remedy(driver: &str, cache: &Path) -> String {
+    let spec = format!("deb:{DEBIAN_KERNEL}");
+    let Some(k) = unpacked(&deb_dir(DEBIAN_KERNEL, cache).join("root"), &spec) else {
+        return format!(
+            "boot Debian's kernel in a VM with `--kernel {spec}` (fetched once; \
+             `fsprof list --kernel {spec}` says which filesystems it has)"
+        );
+    };
+    if k.has_module(driver) {
+        format!(
+            "Debian's kernel {} has it: add `--kernel {spec}`",
+            k.release
+        )
+    } else {
+        format!(
+            "nor has Debian's kernel {}: give `--kernel` a kernel image built with it",
+            k.release
+        )
+    }
+}
+
+impl GuestKernel {
+    /// Whether the kernel has `name` as a module or built in.
+    pub fn has_module(&self, name: &str) -> bool {
+        let dir = self.modules.join(&self.release);
+        ["modules.dep", "modules.builtin"].iter().any(|f| {
+            fs::read_to_string(dir.join(f)).is_ok_and(|t| {
+                t.lines().any(|l| {
+                    let path = l.split(':').next().unwrap_or_default();
+                    let file = path.rsplit('/').next().unwrap_or_default();
+                    file.split(".ko").next() == Some(name)
+                })
+            })
+        })
+    }
+}
+
 fn deb(pkg: &str, cache: &Path, spec: &str) -> Result<GuestKernel> {
-    let dir = cache.join(pkg.replace(['/', '='], "_"));
+    let dir = deb_dir(pkg, cache);
     let root = dir.join("root");
     if let Some(k) = unpacked(&root, spec) {
         return Ok(k);
@@ -261,5 +308,35 @@ mod tests {
                 .unwrap_err()
                 .contains("existing kernel image")
         );
+    }
+
+    #[test]
+    fn the_remedy_for_a_missing_driver_says_what_debians_kernel_has() {
+        let cache = std::env::temp_dir().join(format!("fsprof-kcache-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&cache);
+        let spec = format!("deb:{DEBIAN_KERNEL}");
+        assert!(missing_driver_remedy("jfs", &cache).contains(&format!("`--kernel {spec}`")));
+        // A fetched kernel: its modules say which drivers it has.
+        let root = deb_dir(DEBIAN_KERNEL, &cache).join("root");
+        let modules = root.join("lib/modules/6.1.0-9-amd64");
+        fs::create_dir_all(&modules).unwrap();
+        fs::create_dir_all(root.join("boot")).unwrap();
+        fs::write(root.join("boot/vmlinuz-6.1.0-9-amd64"), "").unwrap();
+        fs::write(
+            modules.join("modules.dep"),
+            "kernel/fs/jfs/jfs.ko.xz:\nkernel/fs/nilfs2/nilfs2.ko: kernel/lib/x.ko\n",
+        )
+        .unwrap();
+        fs::write(modules.join("modules.builtin"), "kernel/fs/ext4/ext4.ko\n").unwrap();
+        let has = missing_driver_remedy("jfs", &cache);
+        let lacks = missing_driver_remedy("reiserfs", &cache);
+        let builtin = missing_driver_remedy("ext4", &cache);
+        let _ = fs::remove_dir_all(&cache);
+        assert!(
+            has.contains("6.1.0-9-amd64 has it") && has.contains(&spec),
+            "{has}"
+        );
+        assert!(lacks.starts_with("nor has"), "{lacks}");
+        assert!(builtin.contains("has it"), "{builtin}");
     }
 }

@@ -7,3 +7,21 @@ pub mod kernel;
 
 pub use guest::{Accel, GuestRun, VmConfig};
 pub use kernel::{GuestKernel, KernelSpec};
+
+use std::path::Path;
+
+use crate::lab::{self, FsKind};
+
+/// `kind.check_available()`; when the host kernel lacks the driver, the error also names
+/// the way that works: Debian's kernel in a VM (`dir`: fsprof's directory, kernels cached
+/// under it).
+pub fn check_fs_available(kind: FsKind, dir: &Path) -> anyhow::Result<()> {
+    kind.check_available().map_err(|e| {
+        if lab::fs_kind::kernel_supports(kind.kernel_name()) {
+            e
+        } else {
+            let remedy = kernel::missing_driver_remedy(kind.kernel_name(), &dir.join("kernels"));
+            anyhow::anyhow!("{e}; {remedy}")
+        }
+    })
+}

@@ -2,7 +2,8 @@
 //! - `spawner tree CHILDREN THREADS`: starts CHILDREN processes (each re-executes this
 //!   binary as `child`, which calls getppid 3 times) one after another, and THREADS threads
 //!   that call getppid 20 times each. Expected getppid total: 3*CHILDREN + 20*THREADS.
-//! - `spawner spin MILLIS`: burns CPU in user space.
+//! - `spawner spin MILLIS [FILE]`: burns CPU in user space; then copies its own
+//!   /proc/self/schedstat (on-CPU ns, run-queue ns, timeslices) to FILE.
 use std::{
     hint::black_box,
     process::Command,
@@ -51,9 +52,12 @@ fn main() {
         Some("spin") => {
             let ms: u64 = args[2].parse().unwrap();
             black_box(spin(Duration::from_millis(ms)));
+            if let Some(out) = args.get(3) {
+                std::fs::copy("/proc/self/schedstat", out).unwrap();
+            }
         }
         _ => {
-            eprintln!("usage: spawner tree CHILDREN THREADS | spawner spin MILLIS");
+            eprintln!("usage: spawner tree CHILDREN THREADS | spawner spin MILLIS [FILE]");
             std::process::exit(2);
         }
     }

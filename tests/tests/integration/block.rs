@@ -92,6 +92,13 @@ pub fn loop_device_bytes_equal_sysfs_stat() {
         if profile.lost.is_empty() {
             // Nothing lost: the counts must agree now, a retry would hide a counting error.
             assert_eq!(ours, (read, written), "fsprof read/written vs sysfs");
+            // The device was idle when the figures were read: nothing is in flight, and
+            // no tag was reused before its request was seen completing.
+            assert!(
+                profile.block.iter().all(|b| b.unseen + b.in_flight == 0),
+                "{:?}",
+                profile.block
+            );
             assert_requests_and_ticks_match_sysfs(&profile, &delta);
             break profile;
         }

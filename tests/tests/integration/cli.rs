@@ -74,25 +74,48 @@ pub fn bad_input_gives_one_line_errors() {
 
 pub fn missing_commands_and_filesystems_are_one_line_errors() {
     one_line_error(&["trace", "--", "/nonexistent/cmd"], "cannot run");
-    one_line_error(&["trace", "--fs", "jfs", "--", "true"], "jfs");
+    // The host kernel has no jfs: the error names the way that works.
+    for cmd in ["trace", "run"] {
+        let mut args = vec![cmd, "--fs", "jfs"];
+        if cmd == "trace" {
+            args.extend(["--", "true"]);
+        }
+        one_line_error(&args, "--kernel deb:linux-image-amd64");
+    }
+    // A mount option the filesystem refuses: the kernel's own words say which.
+    one_line_error(
+        &[
+            "trace",
+            "--fs",
+            "ext4",
+            "--mount-opts",
+            "nosuchopt",
+            "--",
+            "true",
+        ],
+        "(kernel: ",
+    );
 }
 
 pub fn sigterm_mid_run_leaves_nothing_behind() {
     // The command leaves a grandchild behind in the lab filesystem: fsprof must kill it,
     // unmount and detach anyway.
     let flames = TempDir::new("sigterm-flames");
-    let child = Command::new(fsprof_bin())
-        .args(["trace", "--fs", "ext4", "--size", "256M", "--flames"])
-        .arg(&flames.0)
-        .args(["--", "sh", "-c", "sleep 60 & sleep 60"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{err}");
+    let _cleanup = CleanupOnFailure;
+    let t = Attached::spawn(&[
+        "trace",
+        "--fs",
+        "ext4",
+        "--size",
+        "256M",
+        "--flames",
+        &flames.0.display().to_string(),
+        "--",
+        "sh",
+        "-c",
+        "sleep 60 & touch started; sleep 60",
+    ]);
+    let err = t.stderr.clone();
     let line = err
         .lines()
         .find(|l| l.contains(" mounted at "))
@@ -100,6 +123,18 @@ pub fn sigterm_mid_run_leaves_nothing_behind() {
     let words: Vec<&str> = line.split_whitespace().collect();
     let dev = words[words.iter().position(|w| *w == "on").unwrap() + 1];
     let mnt = words[words.iter().position(|w| *w == "at").unwrap() + 1];
+    // Mid-run: the command and its grandchild are running.
+    let started = std::path::Path::new(mnt).join("started");
+    let t0 = std::time::Instant::now();
+    while !started.exists() {
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the command never started: {err}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let status = t.signal(libc::SIGTERM);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{err}");
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
     assert!(!mounts.contains(mnt), "{mnt} still mounted");
     let name = dev.trim_start_matches("/dev/");
@@ -110,26 +145,24 @@ pub fn sigterm_mid_run_leaves_nothing_behind() {
     assert!(!std::path::Path::new(mnt).exists(), "{mnt} left behind");
 }
 
+pub fn sigterm_before_the_command_starts_stops_it() {
+    // SIGTERM as soon as the probes are attached, before or as the command starts: fsprof
+    // ends like a command killed by it, at once (it once let the command run its minute).
+    let t0 = std::time::Instant::now();
+    let t = Attached::spawn(&["trace", "--no-stacks", "--", "sleep", "60"]);
+    let status = t.signal(libc::SIGTERM);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert!(t0.elapsed().as_secs() < 30, "{:?}", t0.elapsed());
+}
+
 pub fn cleanup_removes_what_a_killed_run_left() {
     // SIGKILL gives fsprof no chance to clean up: the mount, loop device and image stay.
-    let mut child = Command::new(fsprof_bin())
-        .args([
-            "trace", "--fs", "ext4", "--size", "256M", "--", "sleep", "30",
-        ])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let mut seen = String::new();
-    let mut buf = [0u8; 512];
-    while !seen.contains("attached tracepoints") {
-        let n = std::io::Read::read(&mut err, &mut buf).unwrap();
-        assert!(n > 0, "fsprof ended early: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
-    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    child.wait().unwrap();
-    let tag = format!("fsprof-{}-ext4", child.id());
+    let _cleanup = CleanupOnFailure;
+    let t = Attached::spawn(&[
+        "trace", "--fs", "ext4", "--size", "256M", "--", "sleep", "30",
+    ]);
+    let tag = format!("fsprof-{}-ext4", t.pid());
+    t.signal(libc::SIGKILL);
     assert!(
         std::fs::read_to_string("/proc/mounts")
             .unwrap()
@@ -175,4 +208,40 @@ fn kill_processes_with_cwd_containing(needle: &str) {
             }
         }
     }
+}
+
+pub fn lab_options_reach_the_filesystem() {
+    // The kernel's own view from inside the traced command: the block size statfs reports,
+    // the mount's options in /proc/mounts, and the file --prepare made.
+    let out = Command::new(fsprof_bin())
+        .args([
+            "trace",
+            "--fs",
+            "ext4",
+            "--no-stacks",
+            "--mkfs-opts",
+            "-b 1024",
+            "--mount-opts",
+            "noatime,data=journal",
+            "--prepare",
+            "echo prepared > p",
+            "--",
+            "sh",
+            "-c",
+            "cat p && stat -f -c 'bsize=%S' . && grep \" $(pwd) \" /proc/mounts",
+        ])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l == "prepared"), "{text}");
+    assert!(text.lines().any(|l| l == "bsize=1024"), "{text}");
+    let mount = text
+        .lines()
+        .find(|l| l.contains(" ext4 "))
+        .expect("/proc/mounts line");
+    assert!(
+        mount.contains("noatime") && mount.contains("data=journal"),
+        "{mount}"
+    );
 }

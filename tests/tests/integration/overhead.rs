@@ -2,7 +2,7 @@
 //! the curated fs-event set counts what the census counts, fs events follow the target
 //! to the filesystem it works on, and BPF run-time statistics end with fsprof.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{process::Command, time::Duration};
 
 use fsprof::{
     lab::FsKind,
@@ -119,15 +119,6 @@ pub fn curated_events_count_as_the_census_does() {
     assert_eq!(pair(&census), Some(4));
     // The census alone has the per-file events.
     assert!(census.events.len() > curated.events.len());
-}
-
-fn fs_kind_of(p: &Path) -> String {
-    let m = fsprof::lab::mountinfo::holding(
-        &fsprof::lab::mountinfo::read(),
-        &p.canonicalize().unwrap(),
-    )
-    .unwrap();
-    m.fstype
 }
 
 pub fn fs_events_follow_the_target_not_its_cwd() {
@@ -270,29 +261,24 @@ pub fn bpf_stats_end_with_fsprof_also_after_sigterm() {
     assert_eq!(sysctl(), before);
     assert!(stats_holders().is_empty());
 
-    let child = Command::new(fsprof_bin())
-        .args(["trace", "--no-stacks", "--", "sleep", "30"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    let child = Attached::spawn(&["trace", "--no-stacks", "--", "sleep", "30"]);
     // While it runs, fsprof itself turns the statistics on, in windows (20 ms of every
     // 200), through its fd, not the sysctl.
     let mut held = 0;
     for _ in 0..200 {
         match stats_holders().as_slice() {
             [] => {}
-            [pid] if *pid == child.id() => held += 1,
-            other => panic!("stats held by {other:?}, fsprof is {}", child.id()),
+            [pid] if *pid == child.pid() => held += 1,
+            other => panic!("stats held by {other:?}, fsprof is {}", child.pid()),
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(held > 0, "fsprof never held the statistics in 1 s");
     assert_eq!(sysctl(), before);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
+    assert_eq!(
+        child.signal(libc::SIGTERM).code(),
+        Some(128 + libc::SIGTERM)
+    );
     assert_eq!(sysctl(), before);
     assert!(stats_holders().is_empty(), "{:?}", stats_holders());
 }

@@ -159,6 +159,20 @@ pub fn html_report_renders_in_chromium() {
     assert!(md.status.success() && md_text.contains("## write") && md_text.contains(".svg)"));
 }
 
+/// A `compare --json` file and its wall row.
+fn wall_row(json: &Path) -> (serde_json::Value, serde_json::Value) {
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let wall = c["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metric"] == "wall")
+        .unwrap()
+        .clone();
+    (c, wall)
+}
+
 pub fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
     let dir = TempDir::new("compare");
     let files = "for i in $(seq 200); do echo x > {mnt}/f$i; done";
@@ -189,14 +203,7 @@ pub fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
         out.contains("ext4 files") && out.contains("REGRESSION"),
         "{out}"
     );
-    let c: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let wall = c["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["metric"] == "wall")
-        .unwrap();
+    let (c, wall) = wall_row(&json);
     assert_eq!(wall["verdict"], "regression", "{wall}");
     assert!(wall["q"].as_f64().unwrap() <= 0.01, "{wall}");
     assert_eq!(
@@ -231,6 +238,44 @@ pub fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
         fsprof(&["compare", s(&base), s(&new)]).status.code(),
         Some(0)
     );
+    // Several files a side pool their passes; --threshold and --alpha are the rule's.
+    let pooled = fsprof(&[
+        "compare",
+        &format!("{},{}", s(&base), s(&base)),
+        s(&new),
+        "--threshold",
+        "20",
+        "--alpha",
+        "0.05",
+        "--json",
+        s(&json),
+    ]);
+    assert_success(&pooled);
+    let (c, wall) = wall_row(&json);
+    assert_eq!(
+        c["rule"]["threshold_pct"].as_f64(),
+        Some(20.0),
+        "{}",
+        c["rule"]
+    );
+    assert_eq!(c["rule"]["fdr"].as_f64(), Some(0.05), "{}", c["rule"]);
+    assert_eq!(
+        (wall["n_base"].as_u64(), wall["n_new"].as_u64()),
+        (Some(6), Some(3))
+    );
+    for r in c["rows"].as_array().unwrap() {
+        let flagged = r["verdict"] == "regression" || r["verdict"] == "improvement";
+        let change = r["change_pct"].as_f64().unwrap_or(f64::INFINITY).abs();
+        assert!(!flagged || change >= 20.0, "{r}");
+    }
+    // The saved results again, as JSON and CSV: the same run, one CSV row per pass.
+    let again = fsprof(&["report", s(&new), "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(v["passes"].as_u64(), Some(3));
+    let csv = fsprof(&["report", s(&new), "--format", "csv"]);
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    let rows: Vec<&str> = csv.lines().filter(|l| l.contains(",files,")).collect();
+    assert_eq!(rows.len(), 3, "{csv}");
     // Different mount options are compared, and said.
     let opts = run(
         &dir.0,
@@ -397,6 +442,12 @@ pub fn explain_names_io_wait_and_the_write_path_of_direct_io() {
         text.starts_with("direct: xfs took") && text.contains("ext4 took"),
         "{text}"
     );
+    // No line explains the difference with a change under half a millisecond.
+    let tiny = text.split([' ', '(', ';', ',']).find(|w| {
+        (w.starts_with('+') || w.starts_with('−'))
+            && (w.ends_with("µs") || w.ends_with("ns") || *w == "+0.000s")
+    });
+    assert!(tiny.is_none(), "{tiny:?} in {text}");
     // Unknown cells are one-line errors.
     let bad = fsprof(&["explain", s(&json), "--step", "nope", "--fs", "ext4"]);
     let err = String::from_utf8_lossy(&bad.stderr);

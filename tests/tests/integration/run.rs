@@ -370,7 +370,8 @@ pub fn sigint_mid_run_leaves_nothing_and_a_valid_partial_file() {
     while !json.exists() && start.elapsed().as_secs() < 120 {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let pid = child.id();
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
@@ -384,23 +385,21 @@ pub fn sigint_mid_run_leaves_nothing_and_a_valid_partial_file() {
         r.interrupted
     );
     assert!(!r.filesystems[0].passes[0].steps.is_empty());
-    let me = format!("fsprof-{}-", out_pid(&err));
+    // Nothing of this fsprof's (its names carry its PID) is left: mount, loop device, image.
+    let me = format!("fsprof-{pid}-");
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
     assert!(!mounts.contains(&me), "{mounts}");
     let loops =
         String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout)
             .into_owned();
     assert!(!loops.contains(&me), "{loops}");
-}
-
-/// The fsprof PID, from its "mounted at /run/fsprof/fsprof-PID-fs" line.
-fn out_pid(stderr: &str) -> String {
-    stderr
-        .split("/run/fsprof/fsprof-")
-        .nth(1)
-        .and_then(|s| s.split('-').next())
-        .unwrap_or("none")
-        .to_string()
+    let images: Vec<String> = std::fs::read_dir("/var/tmp/fsprof")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&me))
+        .collect();
+    assert!(images.is_empty(), "{images:?}");
 }
 
 pub fn devices_in_use_or_with_data_are_refused() {

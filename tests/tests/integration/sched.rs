@@ -77,14 +77,34 @@ pub fn direct_io_writer_is_mostly_io_wait() {
 
 pub fn cpu_bound_loop_is_on_cpu() {
     let bin = env!("CARGO_BIN_EXE_spawner");
-    let r = trace(argv(&[bin, "spin", "1000"]), None);
-    let on = r.profile.time.on_cpu.ns;
+    let file = std::env::temp_dir().join(format!("fsprof-schedstat-{}", std::process::id()));
+    let r = trace(
+        argv(&[bin, "spin", "1000", &file.display().to_string()]),
+        None,
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let kernel: Vec<u64> = text
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let (on, rq) = (r.profile.time.on_cpu.ns, r.profile.time.run_queue.ns);
+    // A spinning thread never sleeps: on a CPU or waiting for one (other load on a 2-core
+    // machine moves time between the two).
     assert!(
-        on as f64 > 0.9 * r.wall_ns as f64,
-        "on-CPU {on} of wall {}: {:?}",
+        (on + rq) as f64 > 0.9 * r.wall_ns as f64,
+        "on-CPU {on} + run-queue {rq} of wall {}: {:?}",
         r.wall_ns,
         r.profile.time
     );
+    // The eBPF split against the scheduler's own per-thread accounting, read by the thread
+    // itself just before it exits (what it runs after that is its exit: microseconds).
+    for (what, ours, theirs) in [("on-CPU", on, kernel[0]), ("run-queue", rq, kernel[1])] {
+        assert!(
+            ours.abs_diff(theirs) as f64 <= 0.01 * theirs as f64 + 2e6,
+            "{what}: fsprof {ours} ns, /proc/PID/schedstat {theirs} ns"
+        );
+    }
     // On- and off-CPU time of a single thread add up to its lifetime (≈ wall).
     let total = on + r.profile.time.off_cpu_ns();
     assert!(
