@@ -309,3 +309,20 @@ pub fn fs_kind_of(p: &Path) -> String {
     .unwrap();
     m.fstype
 }
+
+/// On-CPU and run-queue ns the scheduler charged the threads of `pid`
+/// (/proc/PID/task/*/schedstat): the independent figure for fsprof's time split.
+pub fn schedstat(pid: u32) -> (u64, u64) {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("schedstat")).ok())
+        .map(|s| {
+            let v: Vec<u64> = s
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (v[0], v[1])
+        })
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}

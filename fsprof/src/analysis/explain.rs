@@ -473,10 +473,11 @@ fn row<'c>(c: &'c Comparison, metric: &str) -> Option<&'c Row> {
         .find(|r| r.metric == metric || r.aliases.iter().any(|a| a == metric))
 }
 
-/// Smallest difference a line of `versus` shows: 0.5 ms, and 2 % of the difference of the
-/// walls, so a second's difference is not explained with microseconds.
+/// Smallest difference a line of `versus` shows: 1 ms (what a step's time is printed in),
+/// and 2 % of the difference of the walls, so a second's difference is not explained with
+/// microseconds.
 fn shown_floor(wall_diff: i128) -> i128 {
-    (wall_diff.abs() / 50).max(500_000)
+    (wall_diff.abs() / 50).max(1_000_000)
 }
 
 fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {

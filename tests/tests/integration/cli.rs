@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+use fsprof::lab::FsKind;
+
 use fsprof_tests::*;
 
 pub fn json_output_has_schema_and_figures() {
@@ -244,4 +246,42 @@ pub fn lab_options_reach_the_filesystem() {
         mount.contains("noatime") && mount.contains("data=journal"),
         "{mount}"
     );
+}
+
+pub fn list_agrees_with_the_kernel_and_the_path() {
+    // What `fsprof list` says of each filesystem against /proc/filesystems (after modprobe,
+    // as fsprof loads drivers itself) and the mkfs program on PATH.
+    let out = Command::new(fsprof_bin()).arg("list").output().unwrap();
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut available = 0;
+    for kind in FsKind::ALL {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(kind.name()))
+            .unwrap_or_else(|| panic!("{kind} missing: {text}"));
+        let driver = kind.kernel_name();
+        let _ = Command::new("modprobe").args(["-q", driver]).status();
+        let in_kernel = std::fs::read_to_string("/proc/filesystems")
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some(driver));
+        let tool = Command::new("sh")
+            .args(["-c", &format!("command -v {}", kind.mkfs().0)])
+            .output()
+            .unwrap()
+            .status
+            .success();
+        if in_kernel && tool {
+            assert!(line.ends_with(" available"), "{line}");
+            available += 1;
+        } else {
+            assert!(line.contains(" unavailable: "), "{line}");
+            if !in_kernel {
+                // The way on is named in the same line.
+                assert!(line.contains("--kernel deb:linux-image-amd64"), "{line}");
+            }
+        }
+    }
+    assert!(available >= 3, "{text}");
 }

@@ -442,7 +442,7 @@ pub fn explain_names_io_wait_and_the_write_path_of_direct_io() {
         text.starts_with("direct: xfs took") && text.contains("ext4 took"),
         "{text}"
     );
-    // No line explains the difference with a change under half a millisecond.
+    // No line explains the difference with a change under a millisecond.
     let tiny = text.split([' ', '(', ';', ',']).find(|w| {
         (w.starts_with('+') || w.starts_with('−'))
             && (w.ends_with("µs") || w.ends_with("ns") || *w == "+0.000s")

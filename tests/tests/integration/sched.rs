@@ -150,3 +150,63 @@ pub fn running_process_is_followed_with_pid() {
         r.wall_ns
     );
 }
+
+pub fn a_running_process_is_traced_from_the_command_line() {
+    // `trace -p PID --duration 1 --sample-hz 499 --json`, against the scheduler's own
+    // accounting of the same threads around it.
+    let bin = env!("CARGO_BIN_EXE_spawner");
+    let child = Command::new(bin).args(["spin", "8000"]).spawn().unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Kill(child);
+    let pid = child.0.id();
+    let dir = TempDir::new("pid");
+    let json = dir.0.join("t.json");
+    let before = schedstat(pid);
+    let out = Command::new(fsprof_bin())
+        .args(["trace", "-p", &pid.to_string(), "--duration", "1"])
+        .args(["--sample-hz", "499", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let after = schedstat(pid);
+    drop(child);
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let ns = |p: &str| v.pointer(p).and_then(|x| x.as_u64()).unwrap();
+    let (on, rq, wall) = (
+        ns("/profile/time/on_cpu/ns"),
+        ns("/profile/time/run_queue/ns"),
+        ns("/wall_ns"),
+    );
+    // Followed for about a second, inside the window the scheduler's figures span.
+    assert!((1_000_000_000..3_000_000_000).contains(&wall), "{wall}");
+    assert!(
+        on <= after.0 - before.0 + 2_000_000,
+        "on-CPU {on} > {:?}",
+        (before, after)
+    );
+    assert!(
+        rq <= after.1 - before.1 + 2_000_000,
+        "run-queue {rq} > {:?}",
+        (before, after)
+    );
+    assert!(
+        (on + rq) as f64 > 0.9 * wall as f64,
+        "{on} + {rq} of {wall}"
+    );
+    // 499 Hz: the period, and about on-CPU / period samples (~500: ±4.5 % one σ).
+    let period = ns("/stacks/sample_period_ns");
+    assert_eq!(period, 1_000_000_000 / 499);
+    let samples = ns("/stacks/on_cpu_samples") as f64;
+    let expected = on as f64 / period as f64;
+    assert!(
+        (samples - expected).abs() <= 0.2 * expected + 5.0,
+        "{samples} samples, {expected:.0} expected"
+    );
+}

@@ -399,16 +399,6 @@ pub fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
     assert!(other.iter().any(|f| f != "rgb(250,250,250)"), "{other:?}");
 }
 
-/// On-CPU time the scheduler charged the threads of `pid` (/proc/PID/task/*/schedstat), ns.
-fn cpu_ns_of(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 pub fn fuse_daemon_work_is_background_work() {
     // `cargo xtask setup` installs ntfs-3g: without it this fails, it does not skip.
     FsKind::Ntfs.check_available().unwrap();
@@ -422,7 +412,7 @@ pub fn fuse_daemon_work_is_background_work() {
             .unwrap()
             .starts_with("ntfs-3g")
     );
-    let before = cpu_ns_of(daemon);
+    let before = schedstat(daemon).0;
     let r = trace_with_stacks(
         argv(&[
             "dd",
@@ -437,7 +427,7 @@ pub fn fuse_daemon_work_is_background_work() {
         Some(&fs),
         &out.0,
     );
-    let kernel_ns = cpu_ns_of(daemon) - before;
+    let kernel_ns = schedstat(daemon).0 - before;
     let bg = r.background.as_ref().unwrap();
     let daemon_ns: u64 = bg
         .by_class
