@@ -41,6 +41,9 @@ pub struct BlockRow {
     pub device_latency: Summary,
 }
 
+/// The lost-event counter of the requests never seen completing (the sum of `unseen`).
+pub const LOST_UNSEEN: &str = "block_completions_unseen";
+
 /// A request not seen completing this long after its issue counts as missed; a younger
 /// one as in flight (a healthy device completes in milliseconds).
 const IN_FLIGHT_NS: u64 = 1_000_000_000;

@@ -299,9 +299,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
     }
     let unseen: u64 = profile.block.iter().map(|b| b.unseen).sum();
     if unseen > 0 {
-        profile
-            .lost
-            .insert("block_completions_unseen".to_string(), unseen);
+        profile.lost.insert(block::LOST_UNSEEN.to_string(), unseen);
     }
     let events: PerCpuArray<_, u64> =
         PerCpuArray::try_from(ebpf.map("EVENTS").context("EVENTS map")?)?;

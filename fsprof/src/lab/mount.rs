@@ -63,7 +63,7 @@ impl Mount {
         };
         let (flags, data) = split_options(options);
         let data_c = CString::new(data.as_str())?;
-        let since = Duration::from_nanos(crate::os::monotonic_ns());
+        let log = KernelLog::from_now();
         let start = Instant::now();
         let rc = mount(
             device,
@@ -78,7 +78,8 @@ impl Mount {
                 "mount -t {fstype} -o {options:?} {} {}: {e}{}",
                 device.display(),
                 target.display(),
-                kernel_says(since).map_or(String::new(), |k| format!(" (kernel: {k})"))
+                log.last()
+                    .map_or(String::new(), |k| format!(" (kernel: {k})"))
             );
         }
         m.mounted = true;
@@ -128,19 +129,46 @@ impl Drop for Mount {
     }
 }
 
-/// The kernel's own word on a refused mount, which names what it refused
-/// (`ext4: Unknown parameter 'x'`, `EXT4-fs (loop0): can't mount with journal_async_commit in
-/// data=ordered mode`): the last log line since `since` (CLOCK_MONOTONIC, the log's clock).
-fn kernel_says(since: Duration) -> Option<String> {
-    let out = std::process::Command::new("dmesg").output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    // The two clocks may differ by a little; a line from before the mount is seconds older.
-    let from = since.as_secs_f64() - 0.1;
-    text.lines().rev().find_map(|l| {
-        let (stamp, msg) = l.strip_prefix('[')?.split_once("] ")?;
-        let at: f64 = stamp.trim().parse().ok()?;
-        (at >= from && !msg.contains("capacity change")).then(|| msg.trim().to_string())
-    })
+/// The kernel log from a point on (/dev/kmsg read from its end): a refused mount's own
+/// reason (`ext4: Unknown parameter 'x'`, `EXT4-fs (loop0): can't mount with
+/// journal_async_commit in data=ordered mode`).
+struct KernelLog(Option<fs::File>);
+
+impl KernelLog {
+    fn from_now() -> KernelLog {
+        use std::{io::Seek, os::unix::fs::OpenOptionsExt};
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open("/dev/kmsg")
+            .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)).map(|_| f));
+        KernelLog(f.ok())
+    }
+
+    /// The last message logged since `from_now`, other than a device's size change.
+    fn last(self) -> Option<String> {
+        use std::io::Read;
+        let mut f = self.0?;
+        let mut buf = [0u8; 8192];
+        let mut last = None;
+        // One record per read; EAGAIN when none is left (EPIPE: one was overwritten).
+        for _ in 0..1000 {
+            match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let rec = String::from_utf8_lossy(&buf[..n]);
+                    let msg = rec.split_once(';').map_or("", |x| x.1);
+                    let msg = msg.lines().next().unwrap_or_default().trim();
+                    if !msg.is_empty() && !msg.contains("capacity change") {
+                        last = Some(msg.to_string());
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {}
+                Err(_) => break,
+            }
+        }
+        last
+    }
 }
 
 #[cfg(test)]

@@ -142,13 +142,7 @@ pub fn quick_suite_fills_every_cell() {
                     f.fs,
                     s.step
                 );
-                assert!(
-                    t.profile.lost.is_empty(),
-                    "{} {}: {:?}",
-                    f.fs,
-                    s.step,
-                    t.profile.lost
-                );
+                assert_nothing_lost(&t.profile, &format!("{} {}", f.fs, s.step));
             }
             // Writing steps reach the device under test, and only it is reported.
             let copy = p.steps.iter().find(|s| s.step == "copy-tree").unwrap();

@@ -44,5 +44,5 @@ pub fn children_and_threads_are_all_followed() {
     );
     // Every forked task and the spawner itself exited.
     assert_eq!(r.profile.tasks_exited, r.profile.tasks_forked + 1);
-    assert!(r.profile.lost.is_empty(), "{:?}", r.profile.lost);
+    assert_nothing_lost(&r.profile, "spawner tree");
 }
