@@ -19,6 +19,20 @@ pub fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
     Some(s.trim().to_string())
 }
 
+/// Writes `text` to `path` atomically (a temp file beside it, then rename): a reader, a
+/// full disk or a kill mid-write never leaves half a file over a good one.
+pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = std::path::PathBuf::from(tmp);
+    let written = std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return written;
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns and of the kernel log's stamps.
 pub fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);

@@ -178,10 +178,7 @@ pub fn dir_of(results: &Path) -> &Path {
 impl RunResult {
     /// Writes atomically (temp file + rename), so a reader never sees half a file.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let tmp = path.with_extension("json.partial");
-        fs::write(&tmp, serde_json::to_string_pretty(self)? + "\n")
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+        crate::os::write_atomic(path, &(serde_json::to_string_pretty(self)? + "\n"))
     }
 
     /// Loads a results file, with one-line errors for what is not one.

@@ -9,9 +9,9 @@ pub mod run_summary;
 pub mod run_table;
 pub mod table;
 
-use std::{fs, path::Path};
+use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::trace::TraceResult;
 
@@ -25,6 +25,6 @@ pub fn escape(s: &str) -> String {
 
 /// Writes `result` as pretty JSON (schema in docs/json.md).
 pub fn write_json(result: &TraceResult, path: &Path) -> Result<()> {
-    let text = serde_json::to_string_pretty(result)?;
-    fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+    // Atomic, as a run's results file: a kill mid-write leaves the old file whole.
+    crate::os::write_atomic(path, &(serde_json::to_string_pretty(result)? + "\n"))
 }

@@ -131,7 +131,9 @@ fn run_into(
         .context("results file name")?
         .to_string_lossy()
         .into_owned();
-    let flames_home = results::dir_of(&opts.results).join(format!("{stem}.flames"));
+    // The CLI's own default beside the results file (`r.flames` for `r.json`, relative as
+    // given), so a relative --json is not taken for a --flames elsewhere.
+    let flames_home = super::flames::default_dir(&opts.results);
     if opts.stacks.is_some() && opts.flames_dir != flames_home {
         bail!(
             "--flames with --kernel: flame graphs go beside the results file ({})",

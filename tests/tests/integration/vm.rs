@@ -15,11 +15,14 @@ use fsprof_tests::{TempDir, fsprof_bin};
 /// Fetched once into /var/tmp/fsprof/kernels (the default --dir) and kept.
 const KERNEL: &str = "deb:linux-image-amd64";
 
+/// `fsprof ARGS --json NAME` run in `json`'s directory: a relative results path, as the
+/// README's examples give it (flame graphs go beside it).
 fn fsprof(args: &[&str], json: &Path) -> Output {
     Command::new(fsprof_bin())
         .args(args)
         .arg("--json")
-        .arg(json)
+        .arg(json.file_name().unwrap())
+        .current_dir(json.parent().unwrap())
         .output()
         .unwrap()
 }
