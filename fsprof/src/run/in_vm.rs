@@ -131,10 +131,10 @@ fn run_into(
         .context("results file name")?
         .to_string_lossy()
         .into_owned();
-    // The CLI's own default beside the results file (`r.flames` for `r.json`, relative as
-    // given), so a relative --json is not taken for a --flames elsewhere.
-    let flames_home = super::flames::default_dir(&opts.results);
-    if opts.stacks.is_some() && opts.flames_dir != flames_home {
+    // The CLI's own default beside the results file (`r.flames` for `r.json`), compared
+    // as absolute paths: a relative --json is not taken for a --flames elsewhere.
+    let flames_home = std::path::absolute(super::flames::default_dir(&opts.results))?;
+    if opts.stacks.is_some() && std::path::absolute(&opts.flames_dir)? != flames_home {
         bail!(
             "--flames with --kernel: flame graphs go beside the results file ({})",
             flames_home.display()
