@@ -140,7 +140,10 @@ fn unfinished(probes: &Probes) -> Result<Vec<RequestTimes>> {
             .collect();
     let hashed: HashMap<_, u64, RequestTimes> =
         HashMap::try_from(probes.ebpf.map("REQUESTS").context("REQUESTS map")?)?;
-    out.extend(hashed.iter().filter_map(|r| r.ok()).map(|(_, t)| t));
+    // A failed read is an error, not a request quietly left out of `unseen`.
+    for item in hashed.iter() {
+        out.push(item?.1);
+    }
     Ok(out)
 }
 
