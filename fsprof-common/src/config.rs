@@ -74,7 +74,9 @@ pub struct ProbeConfig {
     /// offsetof(struct task_struct, mm), (struct mm_struct, start_code).
     pub task_mm: u32,
     pub mm_start_code: u32,
-    pub _pad: u32,
+    /// offsetof(struct task_struct, se.sum_exec_runtime): the CPU time the scheduler
+    /// charged the task, which leaves out time a hypervisor stole from its CPU.
+    pub task_sum_exec: u32,
 }
 
 // Passed to the kernel as plain bytes (aya::Pod): no implicit padding anywhere.

@@ -23,6 +23,9 @@ pub const fn follow_hint_join(slot: u32, tid: u32) -> u32 {
         FOLLOW_HINT_SHARED
     }
 }
+/// Threads whose last on-CPU sample is remembered (for the next one's weight): an LRU
+/// map, so a thread forgotten among more gets one period, as a first sample does.
+pub const MAX_SAMPLED_THREADS: u32 = 8192;
 /// Distinct histogram buckets over all histograms. A trace uses a few thousand (each
 /// histogram spans at most a few hundred buckets); the map is preallocated, so its size is
 /// also start-up time.
@@ -86,9 +89,13 @@ indexed_enum! {
         RunQueue = 4,
         /// Stopped, traced or any state the above do not cover.
         Other = 5,
+        /// On a CPU, but the scheduler did not charge it (`se.sum_exec_runtime`): a
+        /// hypervisor ran another guest on that CPU (steal time; also interrupt time on
+        /// kernels with CONFIG_IRQ_TIME_ACCOUNTING).
+        Steal = 6,
     }
 }
-pub const TIME_CLASSES: u32 = 6;
+pub const TIME_CLASSES: u32 = 7;
 
 indexed_enum! {
     /// Block request classes, following the kernel's own I/O accounting (`op_stat_group`):
@@ -256,6 +263,8 @@ pub struct BlockStats {
 pub struct TaskState {
     /// When the thread last went on-CPU (0: not running or unknown).
     pub on_since: u64,
+    /// Its `se.sum_exec_runtime` then (`EXEC_UNKNOWN`: not known, no steal is split off).
+    pub exec_in: u64,
     /// When the current off-CPU episode (or its current phase) began.
     pub off_since: u64,
     /// TimeClass of that episode.
@@ -300,10 +309,14 @@ pub struct TaskState {
     pub short_n: [u32; TIME_CLASSES as usize],
     pub last_stack: [u32; TIME_CLASSES as usize],
     pub last_waker: [u32; TIME_CLASSES as usize],
+    pub _pad3: u32,
 }
 
+/// `TaskState::exec_in` of an interval whose start fsprof did not see in the kernel.
+pub const EXEC_UNKNOWN: u64 = u64::MAX;
+
 // Shared with userspace as plain bytes (aya::Pod): no implicit padding.
-const _: () = assert!(core::mem::size_of::<TaskState>() == 240);
+const _: () = assert!(core::mem::size_of::<TaskState>() == 272);
 
 /// The followed thread running on a CPU (a per-CPU array of one), set at every switch-in:
 /// the syscall programs, which run for every syscall of every thread, find it without a

@@ -55,7 +55,7 @@ pub static CONFIG: ProbeConfig = ProbeConfig {
     user_depth: 0,
     task_mm: 0,
     mm_start_code: 0,
-    _pad: 0,
+    task_sum_exec: 0,
 };
 
 /// Threads being followed: the target and everything it forks.

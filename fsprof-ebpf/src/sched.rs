@@ -9,14 +9,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use fsprof_common::{
-    Counter, HistKind, Lost, Program, TIME_CLASSES, TaskState, TimeClass, TimeStats,
+    Counter, EXEC_UNKNOWN, HistKind, Lost, Program, TIME_CLASSES, TaskState, TimeClass, TimeStats,
     config::{TASK_DEAD, TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE},
 };
 
 use crate::{
     common::{
-        btf_task_tid, conf, count, current_tgid, current_tid, follow, followed, hist_add_row, lost,
-        now, on_cpu, ran, read_kernel, row_at, task_tid, unfollow,
+        btf_read, btf_task_tid, conf, count, current_tgid, current_tid, follow, followed,
+        hist_add_row, lost, now, on_cpu, ran, read_kernel, row_at, task_tid, unfollow,
     },
     offcpu,
     stacks::{SLOT_SCHED, capture, capture_user, capture_waker},
@@ -33,7 +33,7 @@ fn add_time(class: u32, ns: u64) {
             (*s).episodes += 1;
         }
     }
-    if class != TimeClass::OnCpu as u32 {
+    if class != TimeClass::OnCpu as u32 && class != TimeClass::Steal as u32 {
         let row = row_at(conf!(rows_off_cpu), class);
         hist_add_row(row, HistKind::OffCpuEpisode, class, 0, ns);
     }
@@ -51,6 +51,25 @@ unsafe fn close_phase(t: *mut TaskState, ts: u64) -> Option<(u32, u64)> {
         add_time(class, ns);
         (*t).off_since = 0;
         Some((class, ns))
+    }
+}
+
+/// Ends the on-CPU interval of `t` at `ts`, `exec` its `se.sum_exec_runtime` now: what the
+/// scheduler charged it is on-CPU time, the rest of the interval was stolen from its CPU.
+#[inline(always)]
+unsafe fn close_on_cpu(t: *mut TaskState, ts: u64, exec: u64) {
+    unsafe {
+        let wall = ts.saturating_sub((*t).on_since);
+        let ran = if (*t).exec_in == EXEC_UNKNOWN {
+            wall
+        } else {
+            exec.saturating_sub((*t).exec_in).min(wall)
+        };
+        add_time(TimeClass::OnCpu as u32, ran);
+        if wall > ran {
+            add_time(TimeClass::Steal as u32, wall - ran);
+        }
+        (*t).on_since = 0;
     }
 }
 
@@ -106,8 +125,11 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         let state = ctx.arg::<u64>(3) as u32;
         unsafe {
             if (*t).on_since != 0 {
-                add_time(TimeClass::OnCpu as u32, ts.saturating_sub((*t).on_since));
-                (*t).on_since = 0;
+                close_on_cpu(
+                    t,
+                    ts,
+                    btf_read::<u64>(ctx.arg::<*const u8>(1), conf!(task_sum_exec)),
+                );
             }
         }
         let stacks = conf!(stacks) != 0;
@@ -175,6 +197,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             let task = ctx.arg::<*mut task_struct>(2);
             (*c).await_user = offcpu::switch_in(t, next_tid, task, ended) as u32;
             (*t).on_since = ts;
+            (*t).exec_in = btf_read::<u64>(task.cast(), conf!(task_sum_exec));
             // ... and back to the CPU it runs on now.
             (*c).tid = next_tid;
             (*c).armed = (*t).armed;

@@ -9,12 +9,12 @@ use aya_ebpf::{
     bindings::{BPF_NOEXIST, task_struct},
     helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_get_smp_processor_id, generated},
     macros::{map, perf_event},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
     programs::PerfEventContext,
 };
 use fsprof_common::{
-    Counter, MAX_STACK_WEIGHTS, MAX_STACKS, MAX_WAKE_WEIGHTS, PF_KTHREAD, Program,
-    STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserStackKey, WakeKey, Weight, WeightKey,
+    Counter, MAX_SAMPLED_THREADS, MAX_STACK_WEIGHTS, MAX_STACKS, MAX_WAKE_WEIGHTS, PF_KTHREAD,
+    Program, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserStackKey, WakeKey, Weight, WeightKey,
 };
 
 use crate::{
@@ -244,6 +244,29 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         capture_user(SLOT_SAMPLE, current_tgid())
     };
     let id = capture(ctx.as_ptr(), SLOT_SAMPLE, kthread, user);
-    add_weight(id, class, conf!(sample_period_ns), 1);
+    add_weight(id, class, sample_weight(tid), 1);
     0
+}
+
+/// `se.sum_exec_runtime` of each sampled thread at its last sample.
+#[map]
+static SAMPLED_EXEC: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_SAMPLED_THREADS, 0);
+
+/// A sample's weight: the CPU time the scheduler charged the thread since its previous
+/// sample (one period for its first). The timer counts guest time, so a period of which a
+/// hypervisor stole half still ends in a whole sample; the charged time leaves steal out,
+/// and over a thread's samples it adds up to what /proc/<tid>/schedstat shows.
+#[inline(always)]
+fn sample_weight(tid: u32) -> u64 {
+    let period = conf!(sample_period_ns);
+    let task = unsafe { bpf_get_current_task() };
+    let Some(exec) = read_kernel::<u64>(task, conf!(task_sum_exec)) else {
+        return period;
+    };
+    let weight = match unsafe { SAMPLED_EXEC.get(&tid) } {
+        Some(&last) if exec >= last => exec - last,
+        _ => period,
+    };
+    let _ = SAMPLED_EXEC.insert(&tid, &exec, 0);
+    weight
 }

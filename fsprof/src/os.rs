@@ -39,6 +39,13 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time the scheduler has charged thread `tid` (`se.sum_exec_runtime`, the first field
+/// of /proc/<tid>/schedstat), ns; None once it has gone.
+pub fn sum_exec_runtime(tid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
 pub fn kernel_release() -> String {
     read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default()
 }

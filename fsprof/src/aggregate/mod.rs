@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 use anyhow::{Context, Result};
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use fsprof_common::{
-    COUNTERS, Counter, DenseHist, HistKey, HistKind, Lost, MAX_SYSCALLS, SyscallStats, TaskState,
-    TimeClass, TimeStats,
+    COUNTERS, Counter, DenseHist, EXEC_UNKNOWN, HistKey, HistKind, Lost, MAX_SYSCALLS,
+    SyscallStats, TIME_CLASSES, TaskState, TimeClass, TimeStats,
 };
 use serde::{Deserialize, Serialize};
 
@@ -80,9 +80,27 @@ pub struct TimeSplit {
     pub sleep: ClassTime,
     pub run_queue: ClassTime,
     pub other: ClassTime,
+    /// On a CPU but not charged by the scheduler: stolen by the hypervisor.
+    #[serde(default)]
+    pub steal: ClassTime,
 }
 
+/// The time classes as reports name them, in the order they list them.
+pub const TIME_LABELS: [(TimeClass, &str); TIME_CLASSES as usize] = [
+    (TimeClass::OnCpu, "on-CPU"),
+    (TimeClass::Steal, "steal"),
+    (TimeClass::IoWait, "I/O wait"),
+    (TimeClass::Uninterruptible, "other D-wait"),
+    (TimeClass::Sleep, "sleep"),
+    (TimeClass::RunQueue, "run-queue"),
+    (TimeClass::Other, "other"),
+];
+
 impl TimeSplit {
+    /// (label, ns) of every class, in `TIME_LABELS` order.
+    pub fn labeled(&self) -> [(&'static str, u64); TIME_CLASSES as usize] {
+        TIME_LABELS.map(|(c, l)| (l, self.class(c).ns))
+    }
     pub fn class(&self, c: TimeClass) -> &ClassTime {
         match c {
             TimeClass::OnCpu => &self.on_cpu,
@@ -91,6 +109,7 @@ impl TimeSplit {
             TimeClass::Sleep => &self.sleep,
             TimeClass::RunQueue => &self.run_queue,
             TimeClass::Other => &self.other,
+            TimeClass::Steal => &self.steal,
         }
     }
     fn class_mut(&mut self, c: TimeClass) -> &mut ClassTime {
@@ -101,10 +120,16 @@ impl TimeSplit {
             TimeClass::Sleep => &mut self.sleep,
             TimeClass::RunQueue => &mut self.run_queue,
             TimeClass::Other => &mut self.other,
+            TimeClass::Steal => &mut self.steal,
         }
     }
+    /// Time off any CPU: the classes besides on-CPU and steal.
     pub fn off_cpu_ns(&self) -> u64 {
-        TimeClass::ALL[1..].iter().map(|&c| self.class(c).ns).sum()
+        TimeClass::ALL
+            .iter()
+            .filter(|&&c| c != TimeClass::OnCpu && c != TimeClass::Steal)
+            .map(|&c| self.class(c).ns)
+            .sum()
     }
 }
 
@@ -230,7 +255,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
         let c = profile.time.class_mut(class);
         c.ns = t.total_ns;
         c.episodes = t.episodes;
-        if class != TimeClass::OnCpu {
+        if class != TimeClass::OnCpu && class != TimeClass::Steal {
             c.episode = Some(summary(&hists, HistKind::OffCpuEpisode, class as u32, 0));
         }
     }
@@ -242,7 +267,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
     let now = monotonic_ns();
     let mut open = Vec::new();
     for item in tasks.iter() {
-        let (_, t) = item?;
+        let (tid, t) = item?;
         // No kernel stack was taken for the open phase or the time not yet attributed:
         // they go to the last stack of their class, as at exit.
         let last = |class: u32| t.last_stack.get(class as usize).copied().unwrap_or(0);
@@ -267,7 +292,13 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
             }
         }
         if t.on_since != 0 {
-            profile.time.on_cpu.ns += now.saturating_sub(t.on_since);
+            let wall = now.saturating_sub(t.on_since);
+            let ran = match crate::os::sum_exec_runtime(tid) {
+                Some(exec) if t.exec_in != EXEC_UNKNOWN => exec.saturating_sub(t.exec_in).min(wall),
+                _ => wall,
+            };
+            profile.time.on_cpu.ns += ran;
+            profile.time.steal.ns += wall - ran;
         }
         if t.off_since != 0 {
             let class = TimeClass::ALL

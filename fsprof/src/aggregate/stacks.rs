@@ -94,10 +94,11 @@ const TOP_FRAMES: usize = 16;
 /// What the stacks add up to, for the JSON and the reports.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StackSummary {
-    /// Weight of one on-CPU sample.
+    /// The sampling period (the weight of a thread's first sample).
     pub sample_period_ns: u64,
     pub on_cpu_samples: u64,
-    /// Samples × period: an estimate of the target's on-CPU time.
+    /// The samples' weights (the CPU time charged since the thread's previous sample): an
+    /// estimate of the target's on-CPU time.
     pub on_cpu_sampled_ns: u64,
     /// Off-CPU time in stacks, exact: equals the off-CPU time classes.
     pub off_cpu_ns: u64,

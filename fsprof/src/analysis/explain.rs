@@ -6,9 +6,10 @@
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Result, bail};
+use fsprof_common::TimeClass;
 
 use crate::{
-    aggregate::{background::FS_PREFIXES, wakes},
+    aggregate::{TIME_LABELS, background::FS_PREFIXES, wakes},
     analysis::{
         compare::{CellPair, Comparison, Row, judge_cells},
         metrics,
@@ -195,16 +196,11 @@ impl<'a> Cell<'a> {
     }
     /// (label, median ns) of the target's time classes and the kernel's background work.
     fn classes(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("on-CPU", self.med(|s| s.trace.profile.time.on_cpu.ns)),
-            ("I/O wait", self.med(|s| s.trace.profile.time.io_wait.ns)),
-            (
-                "other D-wait",
-                self.med(|s| s.trace.profile.time.uninterruptible.ns),
-            ),
-            ("run-queue", self.med(|s| s.trace.profile.time.run_queue.ns)),
-            ("sleep", self.med(|s| s.trace.profile.time.sleep.ns)),
-        ]
+        TIME_LABELS
+            .iter()
+            .filter(|(c, _)| *c != TimeClass::Other)
+            .map(|&(c, l)| (l, self.med(|s| s.trace.profile.time.class(c).ns)))
+            .collect()
     }
     fn background(&self) -> u64 {
         self.med(|s| s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0))

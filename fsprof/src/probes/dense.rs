@@ -193,8 +193,10 @@ mod tests {
     fn rows_are_unique_and_block_rows_match_the_kernel_formula() {
         let l = plan(2, &[0, 1, 257], 20, &[7 << 20, 254 << 20]);
         assert_eq!(l.off_cpu, 0);
-        assert_eq!(l.syscalls, vec![(0, 6), (1, 7), (257, 8)]);
-        assert_eq!(l.fs_pairs, 9);
+        // A row per time class (indexed by class), then the syscalls.
+        let n = TIME_CLASSES;
+        assert_eq!(l.syscalls, vec![(0, n), (1, n + 1), (257, n + 2)]);
+        assert_eq!(l.fs_pairs, n + 3);
         assert_eq!(l.slots.len(), 2);
         let mut seen = std::collections::HashSet::new();
         assert!(

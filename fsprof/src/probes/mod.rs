@@ -393,6 +393,7 @@ impl Probes {
         // its next switch-in restarts the interval, so the guess costs nothing.
         let state = TaskState {
             on_since: monotonic_ns(),
+            exec_in: exec_in(tid),
             armed: armed.into(),
             ..TaskState::default()
         };
@@ -411,6 +412,7 @@ impl Probes {
         let state = match proc_state {
             'R' => TaskState {
                 on_since: now,
+                exec_in: exec_in(tid),
                 ..TaskState::default()
             },
             'S' | 'I' => off(TimeClass::Sleep),
@@ -434,6 +436,11 @@ impl Probes {
             .with_context(|| format!("following thread {tid}"))?;
         Ok(())
     }
+}
+
+/// `TaskState::exec_in` for an on-CPU interval starting now, from /proc.
+fn exec_in(tid: u32) -> u64 {
+    crate::os::sum_exec_runtime(tid).unwrap_or(fsprof_common::EXEC_UNKNOWN)
 }
 
 impl Probes {

@@ -62,6 +62,8 @@ pub fn probe_config(btf_path: &Path) -> Result<ProbeConfig> {
         sb_dev: byte_offset(btf, "super_block", "s_dev")?,
         task_mm: byte_offset(btf, "task_struct", "mm")?,
         mm_start_code: byte_offset(btf, "mm_struct", "start_code")?,
+        task_sum_exec: byte_offset(btf, "task_struct", "se")?
+            + byte_offset(btf, "sched_entity", "sum_exec_runtime")?,
         ..ProbeConfig::default()
     })
 }

@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+use fsprof_common::TIME_CLASSES;
+
 use crate::analysis::stats::median;
 use crate::results::{RunResult, StepRun};
 
@@ -32,16 +34,8 @@ pub struct SummaryRow {
 }
 
 /// Thread time by class, in the order of the scheduler split.
-fn classes(s: &StepRun) -> [(&'static str, u64); 6] {
-    let t = &s.trace.profile.time;
-    [
-        ("on-CPU", t.on_cpu.ns),
-        ("I/O wait", t.io_wait.ns),
-        ("other D-wait", t.uninterruptible.ns),
-        ("sleep", t.sleep.ns),
-        ("run-queue", t.run_queue.ns),
-        ("other", t.other.ns),
-    ]
+fn classes(s: &StepRun) -> [(&'static str, u64); TIME_CLASSES as usize] {
+    s.trace.profile.time.labeled()
 }
 
 /// Bytes the step's syscalls moved, and bytes its block I/O moved.
@@ -63,7 +57,7 @@ fn moved(s: &StepRun) -> (u64, u64) {
 }
 
 fn row(step: &str, fs: &str, runs: &[&StepRun]) -> SummaryRow {
-    let mut totals = [("", 0u64); 6];
+    let mut totals = [("", 0u64); TIME_CLASSES as usize];
     for s in runs {
         for (k, (name, ns)) in classes(s).into_iter().enumerate() {
             totals[k] = (name, totals[k].1 + ns);

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use fsprof_common::TimeClass;
 
-use crate::aggregate::{stacks::UserCompleteness, wakes};
+use crate::aggregate::{TIME_LABELS, stacks::UserCompleteness, wakes};
 use crate::trace::TraceResult;
 use crate::units::{bytes, duration_ns, percent, seconds};
 
@@ -35,15 +35,6 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-const CLASS_LABELS: [(TimeClass, &str); 6] = [
-    (TimeClass::OnCpu, "on-CPU"),
-    (TimeClass::IoWait, "I/O wait"),
-    (TimeClass::Uninterruptible, "other D-wait"),
-    (TimeClass::Sleep, "sleep"),
-    (TimeClass::RunQueue, "run-queue"),
-    (TimeClass::Other, "other"),
-];
-
 pub fn render(r: &TraceResult) -> String {
     let mut o = String::new();
     let what = if r.command.is_empty() {
@@ -67,7 +58,7 @@ pub fn render(r: &TraceResult) -> String {
     );
     let t = &r.profile.time;
     let mut parts = Vec::new();
-    for (class, label) in CLASS_LABELS {
+    for (class, label) in TIME_LABELS {
         let ns = t.class(class).ns;
         if ns > 0 || matches!(class, TimeClass::OnCpu | TimeClass::IoWait) {
             parts.push(format!(
