@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["results"],
     &["analysis"],
     &["report"],
+    &["history"],
     &["run"],
     &["cli"],
 ];

@@ -4,7 +4,8 @@
 //! `workload` (what runs on them) → `probes` (eBPF programs in the kernel) → `aggregate`
 //! (maps → profile, folded stacks) → `trace` (one traced command: lab, probes, target and
 //! aggregation together) → `results` (the saved model of a run) → `analysis` (compare,
-//! explain) → `report` (tables, HTML, flame graph pictures); `run` drives suites of steps
+//! explain) → `report` (tables, HTML, flame graph pictures) → `history` (every run recorded,
+//! compared with its past); `run` drives suites of steps
 //! over filesystems and passes and writes all of it; `cli` parses the command line and calls
 //! them. `os`, `signals` and `units` are leaves.
 
@@ -13,6 +14,7 @@
 pub mod aggregate;
 pub mod analysis;
 pub mod cli;
+pub mod history;
 pub mod lab;
 pub mod os;
 pub mod probes;

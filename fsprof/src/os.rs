@@ -46,6 +46,31 @@ pub fn sum_exec_runtime(tid: u32) -> Option<u64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
+/// The machine's name (/proc/sys/kernel/hostname).
+pub fn hostname() -> String {
+    read_trimmed("/proc/sys/kernel/hostname").unwrap_or_default()
+}
+
+/// The running kernel's build (`uname -v`: build number, options, date).
+pub fn kernel_build() -> String {
+    read_trimmed("/proc/sys/kernel/version").unwrap_or_default()
+}
+
+/// 128 random bits in hex, from the kernel's generator: an id no other run shares.
+pub fn random_id() -> String {
+    let mut b = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if read.is_err() {
+        // No /dev/urandom: time and pid still tell runs apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        b[..8].copy_from_slice(&t.as_nanos().to_le_bytes()[..8]);
+        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 pub fn kernel_release() -> String {
     read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default()
 }

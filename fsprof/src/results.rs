@@ -34,6 +34,19 @@ pub struct RunResult {
     /// Set when the suite ran inside a VM (`fsprof run --kernel`); absent on bare metal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<VmFacts>,
+    /// Unique to this run (random): the history records a run once, however often it is
+    /// imported.
+    #[serde(default)]
+    pub run_id: String,
+    /// The machine that ran it (for a VM run, the host).
+    #[serde(default)]
+    pub host: String,
+    /// `uname -v` of the kernel the suite ran on.
+    #[serde(default)]
+    pub kernel_build: String,
+    /// `--label`: a free name for the run (e.g. a branch or a patch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 /// The VM a run's figures come from: they compare only with runs in the same kind of VM.

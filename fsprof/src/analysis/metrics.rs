@@ -21,7 +21,8 @@ pub enum Kind {
     /// The off-CPU time classes (I/O wait, other D-wait, run-queue).
     TimeClass,
     Syncfs,
-    /// Sampled: a whole number of on-CPU samples.
+    /// Sampled on-CPU time: samples weighted by the CPU time charged between them, whose
+    /// spread is at most that of a Poisson count of periods (the variance the verdict uses).
     KernelBg,
     Throughput,
     WaitedFor,

@@ -9,6 +9,16 @@ pub fn mean(v: &[f64]) -> f64 {
 }
 
 /// Median of integer figures (0 for none): what the tables print over passes.
+/// The median of real values (0 for none).
+pub fn median_f64(mut v: Vec<f64>) -> f64 {
+    v.sort_unstable_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 pub fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     match v.len() {

@@ -1,6 +1,7 @@
 //! The command line: clap types and one module per command; `main` only calls [`main`].
 
 mod args;
+mod history_cmd;
 mod results_cmds;
 mod run_cmd;
 mod trace_cmd;
@@ -44,6 +45,9 @@ enum Cmd {
     /// figure the change, its 95 % confidence interval, a moderated t-test over the passes
     /// and Benjamini–Hochberg over all figures; a verdict for each.
     Compare(results_cmds::CompareArgs),
+    /// Recorded runs (every `fsprof run` is, unless --no-history): list them, a figure's
+    /// trend over them with compare's verdicts, import results files, export a run.
+    History(history_cmd::HistoryArgs),
     /// Where the time of one cell went, and with --vs why it took longer than on another
     /// filesystem.
     Explain(results_cmds::ExplainArgs),
@@ -114,7 +118,7 @@ fn end_quietly_on_closed_pipe() {
 fn dispatch(cmd: Cmd) -> Result<ExitCode> {
     if matches!(
         cmd,
-        Cmd::Report(_) | Cmd::Compare(_) | Cmd::Explain(_) | Cmd::FlameDiff(_)
+        Cmd::Report(_) | Cmd::Compare(_) | Cmd::Explain(_) | Cmd::FlameDiff(_) | Cmd::History(_)
     ) {
         end_quietly_on_closed_pipe();
     }
@@ -125,6 +129,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Report(a) => results_cmds::report_cmd(a),
         Cmd::Compare(a) => results_cmds::compare_cmd(a),
         Cmd::Explain(a) => results_cmds::explain_cmd(a),
+        Cmd::History(a) => history_cmd::history_cmd(a),
         Cmd::FlameDiff(a) => results_cmds::flame_diff_cmd(a),
         Cmd::Cleanup => {
             for line in lab::cleanup::cleanup(&lab::cleanup::default_image_dirs())? {

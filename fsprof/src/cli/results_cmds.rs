@@ -8,10 +8,13 @@ use std::{
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 
+use super::history_cmd::{HistoryFilter, HistoryLocation};
 use crate::{
     aggregate::folded,
     analysis::{compare, explain},
+    history::{self, Filter},
     report,
+    report::html::utc,
     results::{self, RunResult},
 };
 
@@ -77,11 +80,21 @@ pub enum By {
 
 #[derive(Args)]
 pub struct CompareArgs {
-    /// Base results, e.g. old-kernel.json or a.json,b.json (with --by: the one run).
+    /// Base results, e.g. old-kernel.json or a.json,b.json (with --by or --past: the one
+    /// run).
     base: String,
-    /// New results (not with --by).
-    #[arg(required_unless_present = "by", conflicts_with = "by")]
+    /// New results (not with --by or --past).
+    #[arg(required_unless_present_any = ["by", "past"], conflicts_with_all = ["by", "past"])]
     new: Option<String>,
+    /// Take the base from the history: the last N complete runs of the same configuration
+    /// as the one results file given (suite, scale, steps, filesystems and options, host),
+    /// narrowed by the filters below.
+    #[arg(long, value_name = "N", conflicts_with = "by")]
+    past: Option<usize>,
+    #[command(flatten)]
+    past_filter: HistoryFilter,
+    #[command(flatten)]
+    history: HistoryLocation,
     /// Compare along an axis of one run instead of two sets of runs.
     #[arg(long, value_enum)]
     by: Option<By>,
@@ -120,6 +133,7 @@ pub fn compare_cmd(a: CompareArgs) -> Result<ExitCode> {
     };
     // (base, new) pairs: two sets of files, or the first kernel against each other one.
     let pairs = match (&a.new, a.by) {
+        (None, None) if a.past.is_some() => vec![past_pair(&a)?],
         (Some(new), _) => vec![(load(&a.base)?, load(new)?)],
         (None, Some(By::Kernel)) => {
             let path = PathBuf::from(&a.base);
@@ -177,6 +191,60 @@ pub fn compare_cmd(a: CompareArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Results and where they came from (a path, or `history#ID`).
+type Files = Vec<(PathBuf, RunResult)>;
+
+/// The results file given, and as its base the runs `--past` picks from the history.
+fn past_pair(a: &CompareArgs) -> Result<(Files, Files)> {
+    let path = PathBuf::from(&a.base);
+    let new = RunResult::load(&path)?;
+    let mut h = a.history.open()?;
+    let row = history::RunRow::of(&new);
+    let filter = Filter {
+        before: Some(h.place_of(&row)?),
+        except_uid: Some(row.uid),
+        config: Some(row.config),
+        complete_only: true,
+        last: a.past,
+        ..a.past_filter.filter()
+    };
+    let rows = h.runs(&filter)?;
+    if rows.is_empty() {
+        bail!(
+            "the history {} has no complete run of the same configuration as {} ({}) to compare with",
+            h.location.describe(),
+            path.display(),
+            filter.config.unwrap_or_default()
+        );
+    }
+    let ids: Vec<String> = rows.iter().map(|r| format!("#{}", r.id)).collect();
+    eprintln!(
+        "fsprof: base from the history {}: {} run{} ({}), {} to {}, kernel {}",
+        h.location.describe(),
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" },
+        ids.join(" "),
+        utc(rows[0].started as u64),
+        utc(rows[rows.len() - 1].started as u64),
+        distinct(rows.iter().map(|r| r.kernel.as_str())).join(", ")
+    );
+    let base = rows
+        .iter()
+        .map(|r| Ok((PathBuf::from(format!("history#{}", r.id)), h.results(r.id)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((base, vec![(path, new)]))
+}
+
+fn distinct<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for i in items {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out
 }
 
 /// `cmp.html` → `cmp.2.html` for the second of several comparisons.

@@ -8,9 +8,11 @@ use clap::Args;
 
 use super::{
     args::{StackArgs, VmArgs, parse_fs, parse_pgbench, parse_size, per_fs},
+    history_cmd::HistoryLocation,
     results_cmds::write_html,
 };
 use crate::{
+    history,
     lab::{self, FsKind},
     report,
     run::{self, RunOptions, RunStep},
@@ -86,6 +88,14 @@ pub struct RunArgs {
     /// Report every pass of every step with all time classes, not just the summary.
     #[arg(long, short)]
     verbose: bool,
+    #[command(flatten)]
+    history: HistoryLocation,
+    /// Do not record the run in the history.
+    #[arg(long, conflicts_with = "history")]
+    no_history: bool,
+    /// A name for the run in the history and the results (a branch, a patch, a setting).
+    #[arg(long)]
+    label: Option<String>,
 }
 
 pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
@@ -118,6 +128,7 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         only: a.only.clone(),
         flames_dir: flames_dir.clone(),
         draw_cells: !a.no_cell_graphs,
+        label: a.label.clone(),
     };
     let kernels = a.vm.guest_kernels(&a.dir)?;
     let outcome = match kernels.is_empty() {
@@ -152,8 +163,13 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
             );
         }
     }
-    match outcome.error {
-        Some(e) => Err(e),
-        None => Ok(ExitCode::SUCCESS),
+    // Recorded last: the results files are written whatever the history says.
+    let recorded = match (&outcome.result, a.no_history) {
+        (Some(result), false) => history::record_run(result, a.history.history.as_deref()),
+        _ => Ok(()),
+    };
+    match (outcome.error, recorded) {
+        (Some(e), _) | (None, Err(e)) => Err(e),
+        (None, Ok(())) => Ok(ExitCode::SUCCESS),
     }
 }

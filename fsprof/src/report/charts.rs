@@ -297,6 +297,119 @@ pub fn histograms(title: &str, series: &[(String, Vec<(u32, u64)>)]) -> String {
     o
 }
 
+/// One run on a trend line.
+pub struct TrendPoint {
+    /// Under the axis (the run's id).
+    pub label: String,
+    /// In the tooltip (date, kernel, label).
+    pub detail: String,
+    pub value: f64,
+    pub shown: String,
+    /// Compare flagged it: drawn ringed.
+    pub flagged: bool,
+}
+
+pub struct TrendSeries {
+    pub name: String,
+    pub points: Vec<TrendPoint>,
+}
+
+/// A figure over runs, a line per filesystem, on a linear axis from zero; flagged runs
+/// ringed in black.
+pub fn trend(title: &str, series: &[TrendSeries]) -> String {
+    let (w, h, left, right, top, bottom) = (560.0, 240.0, 64.0, 12.0, 30.0, 44.0);
+    let labels: Vec<&str> = {
+        let mut l: Vec<&str> = Vec::new();
+        for p in series.iter().flat_map(|s| &s.points) {
+            if !l.contains(&p.label.as_str()) {
+                l.push(&p.label);
+            }
+        }
+        l
+    };
+    let hi = nice(
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.value))
+            .fold(0.0, f64::max),
+    );
+    let n = labels.len().max(2);
+    let x = |label: &str| {
+        let i = labels.iter().position(|l| *l == label).unwrap_or(0);
+        left + (w - left - right) * i as f64 / (n - 1) as f64
+    };
+    let y = |v: f64| top + (h - top - bottom) * (1.0 - v / hi);
+    let mut o = open(w, h, left, 11, title);
+    for k in 0..=4 {
+        let v = hi * k as f64 / 4.0;
+        let _ = write!(
+            o,
+            r##"<line x1="{left}" y1="{yy:.1}" x2="{x2}" y2="{yy:.1}" stroke="#ddd"/><text x="{tx}" y="{ty:.1}" text-anchor="end" fill="#555">{l}</text>"##,
+            yy = y(v),
+            x2 = w - right,
+            tx = left - 4.0,
+            ty = y(v) + 4.0,
+            l = axis_label(v, series)
+        );
+    }
+    for l in &labels {
+        let _ = write!(
+            o,
+            r##"<text x="{xx:.1}" y="{ty}" text-anchor="middle" fill="#555">{l}</text>"##,
+            xx = x(l),
+            ty = h - bottom + 16.0,
+            l = esc(l)
+        );
+    }
+    for (k, s) in series.iter().enumerate() {
+        let c = COLORS[k % COLORS.len()];
+        let path: Vec<String> = s
+            .points
+            .iter()
+            .map(|p| format!("{:.1},{:.1}", x(&p.label), y(p.value)))
+            .collect();
+        let _ = write!(
+            o,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
+            path.join(" ")
+        );
+        for p in &s.points {
+            let ring = if p.flagged {
+                r#" stroke="black" stroke-width="2.5""#
+            } else {
+                ""
+            };
+            let _ = write!(
+                o,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="{}" fill="{c}"{ring}><title>{} {}: {}{}</title></circle>"#,
+                x(&p.label),
+                y(p.value),
+                if p.flagged { 5.5 } else { 3.5 },
+                esc(&s.name),
+                esc(&p.detail),
+                esc(&p.shown),
+                if p.flagged { " (flagged)" } else { "" }
+            );
+        }
+        legend(&mut o, k, &s.name, left, h);
+    }
+    o.push_str("</svg>");
+    o
+}
+
+/// An axis value in the series' own unit (the first point's `shown` tells which).
+fn axis_label(v: f64, series: &[TrendSeries]) -> String {
+    let bytes = series
+        .first()
+        .and_then(|s| s.points.first())
+        .is_some_and(|p| p.shown.ends_with("MB/s"));
+    if bytes {
+        format!("{:.0} MB/s", v / 1e6)
+    } else {
+        seconds(v as u64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,8 +27,9 @@ const HOST_ONLY_VALUED: &[&str] = &[
     "--device",
     "--flames",
     "--passes",
+    "--history",
 ];
-const HOST_ONLY_FLAGS: &[&str] = &["--force"];
+const HOST_ONLY_FLAGS: &[&str] = &["--force", "--no-history"];
 
 /// The `fsprof run` arguments for the guest: the host's, minus what names host paths.
 pub fn guest_args(host: &[String]) -> Vec<String> {
@@ -175,6 +176,7 @@ fn run_into(
         host_kernel: crate::os::kernel_release(),
     };
     let started = super::unix_now();
+    let run_id = crate::os::random_id();
     for round in rounds(kernels.len(), opts.passes) {
         signals::check()?;
         let kernel = &kernels[round.kernel];
@@ -215,6 +217,9 @@ fn run_into(
                 },
                 passes: opts.passes,
                 started,
+                run_id: run_id.clone(),
+                host: crate::os::hostname(),
+                label: opts.label.clone(),
                 ..part.clone()
             });
             merge(merged, columns);
@@ -279,6 +284,8 @@ fn boot(
     let mut cmd: Vec<String> = vec![me.to_string_lossy().into_owned(), "run".into()];
     cmd.extend(args.iter().cloned());
     cmd.extend([
+        // The host records the run, once, with every boot's passes.
+        "--no-history".into(),
         "--no-cell-graphs".into(),
         "--passes".into(),
         passes.to_string(),

@@ -96,6 +96,8 @@ pub struct RunOptions {
     pub draw_cells: bool,
     /// Only these steps of the suite (empty: all), in the suite's order.
     pub only: Vec<String>,
+    /// `--label`, kept in the results.
+    pub label: Option<String>,
 }
 
 fn opts_for(list: &[(Option<FsKind>, String)], kind: FsKind) -> Vec<String> {
@@ -236,6 +238,10 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
         seed: opts.seed,
         jobs: opts.jobs,
         started: unix_now(),
+        run_id: crate::os::random_id(),
+        host: crate::os::hostname(),
+        kernel_build: crate::os::kernel_build(),
+        label: opts.label.clone(),
         ..Default::default()
     });
     let mut progress = Progress::new(opts.filesystems.len() * opts.passes as usize * steps.len());

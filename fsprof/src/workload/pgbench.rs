@@ -60,6 +60,8 @@ pub struct PgServer {
     data: PathBuf,
     pub socket_dir: PathBuf,
     pub pid: u32,
+    /// The TCP port, when it listens on one.
+    pub port: Option<u16>,
 }
 
 fn chown_postgres(path: &Path) -> Result<()> {
@@ -72,25 +74,50 @@ fn chown_postgres(path: &Path) -> Result<()> {
 impl PgServer {
     /// initdb in `mnt`/pgdata, start, and `pgbench -i` at `spec.scale`.
     pub fn start(mnt: &Path, spec: &PgbenchSpec) -> Result<PgServer> {
+        let server = PgServer::start_in(&mnt.join("pgdata"), None)?;
+        check(
+            as_postgres(&server.bin, "pgbench")
+                .args(["-i", "-q", "-s", &spec.scale.to_string(), "-h"])
+                .arg(&server.socket_dir)
+                .arg("postgres"),
+            "pgbench -i",
+        )?;
+        Ok(server)
+    }
+
+    /// initdb in `data` and start: on a socket of its own (trusted), and with `port` also on
+    /// 127.0.0.1 (password authentication, scram-sha-256).
+    pub fn start_in(data: &Path, port: Option<u16>) -> Result<PgServer> {
+        static SERVERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let bin = bin_dir()?;
-        let data = mnt.join("pgdata");
-        fs::create_dir_all(&data)?;
-        chown_postgres(&data)?;
-        let socket_dir = PathBuf::from(format!("/run/fsprof/pg-{}", std::process::id()));
+        fs::create_dir_all(data)?;
+        chown_postgres(data)?;
+        let n = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let socket_dir = PathBuf::from(format!("/run/fsprof/pg-{}-{n}", std::process::id()));
         fs::create_dir_all(&socket_dir)?;
         fs::set_permissions(&socket_dir, fs::Permissions::from_mode(0o755))?;
         chown_postgres(&socket_dir)?;
         check(
-            as_postgres(&bin, "initdb").args(["-D", &data.display().to_string(), "-A", "trust"]),
+            as_postgres(&bin, "initdb").args([
+                "-D",
+                &data.display().to_string(),
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+            ]),
             "initdb",
         )?;
         let mut server = PgServer {
             bin: bin.clone(),
-            data: data.clone(),
+            data: data.to_path_buf(),
             socket_dir: socket_dir.clone(),
             pid: 0,
+            port: None,
         };
-        let opts = format!("-k {} -c listen_addresses=''", socket_dir.display());
+        let listen = match port {
+            Some(p) => format!("-c listen_addresses=127.0.0.1 -p {p}"),
+            None => "-c listen_addresses=''".to_string(),
+        };
+        let opts = format!("-k {} {listen}", socket_dir.display());
         check(
             as_postgres(&bin, "pg_ctl").args([
                 "-D",
@@ -104,16 +131,32 @@ impl PgServer {
             ]),
             "pg_ctl start",
         )?;
+        server.port = port;
         let pidfile = fs::read_to_string(data.join("postmaster.pid"))?;
         server.pid = pidfile.lines().next().unwrap_or("").trim().parse()?;
-        check(
-            as_postgres(&bin, "pgbench")
-                .args(["-i", "-q", "-s", &spec.scale.to_string(), "-h"])
-                .arg(&socket_dir)
-                .arg("postgres"),
-            "pgbench -i",
-        )?;
         Ok(server)
+    }
+
+    /// Runs SQL as the superuser over the socket; returns what psql printed.
+    pub fn psql(&self, sql: &str) -> Result<String> {
+        let mut cmd = as_postgres(&self.bin, "psql");
+        cmd.args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h"])
+            .arg(&self.socket_dir)
+            .args([
+                "-p",
+                &self.port.unwrap_or(5432).to_string(),
+                "-c",
+                sql,
+                "postgres",
+            ]);
+        let out = cmd.output().context("running psql")?;
+        if !out.status.success() {
+            bail!(
+                "psql failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The traced command: pgbench, its report saved beside the socket.

@@ -4,6 +4,7 @@
 
 mod block;
 mod cli;
+mod history;
 mod overhead;
 mod reports;
 mod run;
@@ -35,6 +36,9 @@ fn main() {
         root cli::cleanup_removes_what_a_killed_run_left,
         root cli::lab_options_reach_the_filesystem,
         root cli::list_agrees_with_the_kernel_and_the_path,
+        root history::runs_are_recorded_compared_with_their_past_and_trended,
+        root history::two_machines_record_into_one_postgres_without_showing_its_password,
+        user history::bad_stores_are_one_line_errors_and_the_results_stay,
         root overhead::probe_cost_is_reported_and_below_the_targets_sys_time,
         root overhead::curated_events_count_as_the_census_does,
         root overhead::fs_events_follow_the_target_not_its_cwd,
@@ -91,5 +95,11 @@ fn main() {
             .with_ignored_flag(needs_root && !root)
         })
         .collect();
-    libtest_mimic::run(&Arguments::from_args(), trials).exit();
+    // Every `fsprof run` of the tests records into a history of their own, not the user's.
+    let history = std::env::temp_dir().join(format!("fsprof-tests-history-{}", std::process::id()));
+    // SAFETY: no other thread exists yet.
+    unsafe { std::env::set_var(fsprof::history::HISTORY_ENV, history.join("history.sqlite")) };
+    let conclusion = libtest_mimic::run(&Arguments::from_args(), trials);
+    let _ = std::fs::remove_dir_all(&history);
+    conclusion.exit();
 }

@@ -15,8 +15,34 @@ use fsprof::{
 };
 use fsprof_tests::*;
 
-fn tmp_json(tag: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("fsprof-{tag}-{}.json", std::process::id()))
+fn tmp_json(tag: &str) -> Results {
+    Results(std::env::temp_dir().join(format!("fsprof-{tag}-{}.json", std::process::id())))
+}
+
+/// A results path in the temp dir: the file and what a run writes beside it (CSV, HTML,
+/// flame graphs) are removed with it, also when the test fails.
+struct Results(std::path::PathBuf);
+
+impl std::ops::Deref for Results {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Results {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Results {
+    fn drop(&mut self) {
+        for ext in ["json", "csv", "html", "broken.json", "json.partial"] {
+            let _ = std::fs::remove_file(self.0.with_extension(ext));
+        }
+        let _ = std::fs::remove_dir_all(self.0.with_extension("flames"));
+    }
 }
 
 /// `fsprof run ARGS --json JSON` that must succeed; returns its stdout.
@@ -41,9 +67,6 @@ fn run_ok(tag: &str, args: &[&str]) -> (String, RunResult) {
     let stdout = run_to(&json, args);
     let r = RunResult::load(&json).unwrap();
     assert_no_invented_frames(&json.with_extension("flames"));
-    let _ = std::fs::remove_file(&json);
-    let _ = std::fs::remove_file(json.with_extension("csv"));
-    let _ = std::fs::remove_dir_all(json.with_extension("flames"));
     (stdout, r)
 }
 
@@ -370,9 +393,6 @@ pub fn sigint_mid_run_leaves_nothing_and_a_valid_partial_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     let r = RunResult::load(&json).unwrap();
-    let _ = std::fs::remove_file(&json);
-    let _ = std::fs::remove_file(json.with_extension("csv"));
-    let _ = std::fs::remove_dir_all(json.with_extension("flames"));
     assert!(
         !r.complete && r.interrupted.is_some(),
         "{:?}",
@@ -411,9 +431,6 @@ pub fn devices_in_use_or_with_data_are_refused() {
     let json = tmp_json("guard");
     let ok = run_on(&["--scale", "0.005", "--json", json.to_str().unwrap()]);
     assert_success(&ok);
-    let _ = std::fs::remove_file(&json);
-    let _ = std::fs::remove_file(json.with_extension("csv"));
-    let _ = std::fs::remove_dir_all(json.with_extension("flames"));
     // Now it carries the ext4 fsprof made: refused without --force.
     let refused = run_on(&[]);
     let err = String::from_utf8_lossy(&refused.stderr);
@@ -553,7 +570,7 @@ pub fn report_rerenders_results_and_rejects_broken_files() {
     );
 
     // Truncated, then not JSON, then another schema: one line each, exit 2.
-    let text = std::fs::read_to_string(&json).unwrap();
+    let text = std::fs::read_to_string(&*json).unwrap();
     let broken = json.with_extension("broken.json");
     for (content, needle) in [
         (&text[..text.len() / 2], "is not valid JSON"),
@@ -568,8 +585,4 @@ pub fn report_rerenders_results_and_rejects_broken_files() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(needle), "{err}");
     }
-    for f in [&json, &broken, &json.with_extension("csv")] {
-        let _ = std::fs::remove_file(f);
-    }
-    let _ = std::fs::remove_dir_all(json.with_extension("flames"));
 }
