@@ -42,6 +42,27 @@ fn legend(o: &mut String, i: usize, name: &str, left: f64, h: f64) {
     );
 }
 
+/// Five horizontal grid lines of a linear axis from 0 to `hi`, labelled at the left.
+fn grid(
+    o: &mut String,
+    hi: f64,
+    y: impl Fn(f64) -> f64,
+    (x1, x2): (f64, f64),
+    label: impl Fn(f64) -> String,
+) {
+    for k in 0..=4 {
+        let v = hi * k as f64 / 4.0;
+        let _ = write!(
+            o,
+            r##"<line x1="{x1}" y1="{yy:.1}" x2="{x2}" y2="{yy:.1}" stroke="#ddd"/><text x="{tx}" y="{ty:.1}" text-anchor="end" fill="#555">{l}</text>"##,
+            yy = y(v),
+            tx = x1 - 4.0,
+            ty = y(v) + 4.0,
+            l = label(v)
+        );
+    }
+}
+
 /// A "nice" axis maximum ≥ v: 1, 2 or 5 × a power of ten.
 fn nice(v: f64) -> f64 {
     if v <= 0.0 {
@@ -255,18 +276,9 @@ pub fn histograms(title: &str, series: &[(String, Vec<(u32, u64)>)]) -> String {
     );
     let y = |v: f64| top + (h - top - bottom) * (1.0 - v / ymax);
     let mut o = open(w, h, left, 11, title);
-    for i in 0..=4 {
-        let v = ymax * i as f64 / 4.0;
-        let _ = write!(
-            o,
-            r##"<line x1="{left}" y1="{yy:.1}" x2="{x2}" y2="{yy:.1}" stroke="#ddd"/><text x="{tx}" y="{ty:.1}" text-anchor="end" fill="#555">{p:.0}%</text>"##,
-            yy = y(v),
-            x2 = w - right,
-            tx = left - 4.0,
-            ty = y(v) + 4.0,
-            p = 100.0 * v
-        );
-    }
+    grid(&mut o, ymax, y, (left, w - right), |v| {
+        format!("{:.0}%", 100.0 * v)
+    });
     let step = ((k1 - k0) / 5).max(1);
     let mut k = k0;
     while k <= k1 {
@@ -340,18 +352,7 @@ pub fn trend(title: &str, series: &[TrendSeries]) -> String {
     };
     let y = |v: f64| top + (h - top - bottom) * (1.0 - v / hi);
     let mut o = open(w, h, left, 11, title);
-    for k in 0..=4 {
-        let v = hi * k as f64 / 4.0;
-        let _ = write!(
-            o,
-            r##"<line x1="{left}" y1="{yy:.1}" x2="{x2}" y2="{yy:.1}" stroke="#ddd"/><text x="{tx}" y="{ty:.1}" text-anchor="end" fill="#555">{l}</text>"##,
-            yy = y(v),
-            x2 = w - right,
-            tx = left - 4.0,
-            ty = y(v) + 4.0,
-            l = axis_label(v, series)
-        );
-    }
+    grid(&mut o, hi, y, (left, w - right), |v| axis_label(v, series));
     for l in &labels {
         let _ = write!(
             o,

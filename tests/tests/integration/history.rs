@@ -23,8 +23,8 @@ fn text(b: &[u8]) -> String {
 }
 
 /// A one-step run on ext4 that writes `mib` MiB and fsyncs, three passes, recorded in
-/// `history` (a path or a server) with `extra` arguments.
-fn run_writing(mib: u32, json: &Path, history: &str, extra: &[&str]) -> Output {
+/// `history` (a path or a server; None: the tests' own) with `extra` arguments.
+fn run_writing(mib: u32, json: &Path, history: Option<&str>, extra: &[&str]) -> Output {
     let step = format!("w=dd if=/dev/zero of={{mnt}}/f bs=1M count={mib} conv=fsync status=none");
     let mut args = vec![
         "run",
@@ -37,11 +37,12 @@ fn run_writing(mib: u32, json: &Path, history: &str, extra: &[&str]) -> Output {
         "--no-stacks",
         "--step",
         &step,
-        "--history",
-        history,
         "--json",
         json.to_str().unwrap(),
     ];
+    if let Some(h) = history {
+        args.extend(["--history", h]);
+    }
     args.extend(extra);
     fsprof(&args)
 }
@@ -53,7 +54,7 @@ pub fn runs_are_recorded_compared_with_their_past_and_trended() {
     let json = |i: usize| dir.0.join(format!("r{i}.json"));
     // Two runs alike, then one that writes four times as much: a regression of `w`.
     for (i, (mib, label)) in [(16, "base"), (16, "base"), (64, "big")].iter().enumerate() {
-        let out = run_writing(*mib, &json(i), h, &["--label", label]);
+        let out = run_writing(*mib, &json(i), Some(h), &["--label", label]);
         assert_success(&out);
         let err = text(&out.stderr);
         assert!(
@@ -62,23 +63,9 @@ pub fn runs_are_recorded_compared_with_their_past_and_trended() {
         );
     }
     // Not recorded when asked not to.
-    let out = run_writing(16, &json(3), h, &[]);
+    let out = run_writing(16, &json(3), Some(h), &[]);
     assert_success(&out);
-    let out = fsprof(&[
-        "run",
-        "--suite",
-        "none",
-        "--fs",
-        "ext4",
-        "--passes",
-        "1",
-        "--no-stacks",
-        "--step",
-        "t=true",
-        "--no-history",
-        "--json",
-        json(4).to_str().unwrap(),
-    ]);
+    let out = run_writing(1, &json(4), None, &["--no-history"]);
     assert_success(&out);
     let list = fsprof(&["history", "--history", h, "list"]);
     assert_success(&list);
@@ -186,7 +173,7 @@ pub fn runs_are_recorded_compared_with_their_past_and_trended() {
     // A store that is no store: a one-line error, and the run's results are written.
     let junk = dir.0.join("junk.sqlite");
     std::fs::write(&junk, vec![b'x'; 4096]).unwrap();
-    let out = run_writing(8, &json(5), junk.to_str().unwrap(), &[]);
+    let out = run_writing(8, &json(5), junk.to_str(), &[]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     let last = err.trim_end().lines().last().unwrap_or_default();
