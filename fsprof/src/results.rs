@@ -107,11 +107,26 @@ impl FsRun {
         }
     }
 
-    /// The cells of `step`, one per pass that ran it.
+    /// The cells of `step` that worked, one per pass: what every figure is made of.
     pub fn runs_of(&self, step: &str) -> Vec<&StepRun> {
+        self.pass_runs(step).into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// (pass, cell) of `step` in every pass where it worked.
+    pub fn pass_runs(&self, step: &str) -> Vec<(u32, &StepRun)> {
         self.passes
             .iter()
-            .filter_map(|p| p.steps.iter().find(|s| s.step == step))
+            .filter_map(|p| p.steps.iter().find(|s| s.step == step).map(|s| (p.pass, s)))
+            .filter(|(_, s)| s.error.is_none())
+            .collect()
+    }
+
+    /// (pass, cell) of `step` in every pass where it failed or was not run.
+    pub fn failures_of(&self, step: &str) -> Vec<(u32, &StepRun)> {
+        self.passes
+            .iter()
+            .filter_map(|p| p.steps.iter().find(|s| s.step == step).map(|s| (p.pass, s)))
+            .filter(|(_, s)| s.error.is_some())
             .collect()
     }
 }
@@ -141,6 +156,11 @@ pub struct StepRun {
     /// Figures the step's own tool reports, e.g. pgbench's `tps`.
     pub metrics: BTreeMap<String, f64>,
     pub trace: TraceResult,
+    /// Why the cell failed (its command's exit status, an error, or a step it needs that
+    /// failed); absent when it worked. A failed cell's figures are left out of every summary,
+    /// comparison and history figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl VmFacts {
@@ -257,6 +277,21 @@ impl RunResult {
             .collect()
     }
 
+    /// Every failed cell: (column, pass, step, why), in run order.
+    pub fn failures(&self) -> Vec<(String, u32, &str, &str)> {
+        let mut out = Vec::new();
+        for f in &self.filesystems {
+            for p in &f.passes {
+                for s in &p.steps {
+                    if let Some(e) = &s.error {
+                        out.push((f.column(), p.pass, s.step.as_str(), e.as_str()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Step names in the order they ran.
     pub fn step_names(&self) -> Vec<String> {
         let mut seen = Vec::new();
@@ -312,6 +347,7 @@ impl RunResult {
                         probe_s: s(t.profile.probe_cost.as_ref().map(|c| c.run_ns).unwrap_or(0)),
                         probe_runs: t.profile.probe_cost.as_ref().map(|c| c.runs).unwrap_or(0),
                         kernel: f.kernel.as_deref().unwrap_or(&self.kernel),
+                        error: st.error.as_deref().unwrap_or(""),
                     };
                     w.serialize(row).expect("CSV into memory");
                 }
@@ -345,8 +381,10 @@ struct CsvRow<'a> {
     lost_events: u64,
     probe_s: f64,
     probe_runs: u64,
-    /// Last, so the columns before it keep their places.
+    /// Added last, so the columns before them keep their places.
     kernel: &'a str,
+    /// Empty unless the cell failed.
+    error: &'a str,
 }
 
 /// Graph files of a run, paths relative to the results file's directory.

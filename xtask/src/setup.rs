@@ -65,10 +65,106 @@ pub fn apt_install(pkgs: &[&str]) -> Result<()> {
     }
     eprintln!("xtask: installing {}", missing.join(" "));
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing))
+    // Setup adds to the machine, never takes away: an install that would remove or
+    // downgrade a package (the image's qemu-utils 10 from bookworm-backports against
+    // bookworm's qemu-system-x86 7.2) takes its packages from backports, or stops.
+    let removed = removals(&missing, None)?;
+    let release = if removed.is_empty() {
+        None
+    } else {
+        ensure_backports()?;
+        if !removals(&missing, Some(BACKPORTS))?.is_empty() {
+            bail!(
+                "installing {} would remove {} (from bookworm and from {BACKPORTS} alike): install compatible versions by hand",
+                missing.join(" "),
+                removed.join(" ")
+            );
+        }
+        eprintln!(
+            "xtask: from bookworm, {} would remove {}; taking them from {BACKPORTS}",
+            missing.join(" "),
+            removed.join(" ")
+        );
+        Some(BACKPORTS)
+    };
+    run(apt_get_install(&missing, release).args(["-y", "-qq"]))
+}
+
+const BACKPORTS: &str = "bookworm-backports";
+
+/// `apt-get install` of `pkgs` (from `release` if given), without recommends.
+fn apt_get_install(pkgs: &[&str], release: Option<&str>) -> Command {
+    let mut c = Command::new("apt-get");
+    c.env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "--no-install-recommends"]);
+    if let Some(r) = release {
+        c.args(["-t", r]);
+    }
+    c.args(pkgs);
+    c
+}
+
+/// Installed packages that installing `pkgs` would remove or downgrade (apt's simulation:
+/// `Remv` lines, and `Inst` lines of an installed package to a lower version).
+fn removals(pkgs: &[&str], release: Option<&str>) -> Result<Vec<String>> {
+    let out = apt_get_install(pkgs, release)
+        .arg("-s")
+        .output()
+        .context("running apt-get -s")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        // Unsatisfiable from this release: as bad as a removal.
+        return Ok(pkgs
+            .iter()
+            .map(|p| format!("{p} (unsatisfiable)"))
+            .collect());
+    }
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            match (w.next(), w.next(), w.next()) {
+                (Some("Remv"), Some(p), _) => Some(p.to_string()),
+                // `Inst pkg [installed] (new …)`: a downgrade when the new one is lower.
+                (Some("Inst"), Some(p), Some(old)) if old.starts_with('[') => {
+                    let new = l.split('(').nth(1)?.split_whitespace().next()?;
+                    let old = old.trim_matches(|c| c == '[' || c == ']');
+                    downgrade(old, new).then(|| format!("{p} {old} → {new}"))
+                }
+                _ => None,
+            }
+        })
+        .collect())
+}
+
+fn downgrade(old: &str, new: &str) -> bool {
+    Command::new("dpkg")
+        .args(["--compare-versions", new, "lt", old])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Adds Debian's bookworm-backports suite as an apt source if no source has it.
+fn ensure_backports() -> Result<()> {
+    let listed = std::fs::read_dir("/etc/apt/sources.list.d")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .chain([Path::new("/etc/apt/sources.list").to_path_buf()])
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .any(|t| t.contains(BACKPORTS));
+    if listed {
+        return Ok(());
+    }
+    std::fs::write(
+        "/etc/apt/sources.list.d/fsprof-backports.sources",
+        format!(
+            "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {BACKPORTS}\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+        ),
+    )
+    .context("adding bookworm-backports to apt's sources")?;
+    run(Command::new("apt-get").args(["update", "-qq"]))
 }
 
 /// LLVM major version of Debian's rustc (bpf-linker must match it).

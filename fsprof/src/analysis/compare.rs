@@ -206,12 +206,13 @@ fn runs<'a>(set: &'a [RunResult], fs: &str, step: &str) -> Vec<&'a StepRun> {
         .collect()
 }
 
+/// (column, step) of every cell with a pass that worked.
 fn cells(set: &[RunResult]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for r in set {
         for f in &r.filesystems {
             for p in &f.passes {
-                for s in &p.steps {
+                for s in p.steps.iter().filter(|s| s.error.is_none()) {
                     let k = (f.column(), s.step.clone());
                     if !out.contains(&k) {
                         out.push(k);
@@ -221,6 +222,43 @@ fn cells(set: &[RunResult]) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// A note per cell that failed in some pass of either side: those passes are left out, and
+/// a cell left with no pass on a side is not compared.
+fn failure_notes(base: &[RunResult], new: &[RunResult]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (side, set) in [("base", base), ("new", new)] {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for r in set {
+            for (fs, _, step, why) in r.failures() {
+                let key = (fs.clone(), step.to_string());
+                if seen.contains(&key) {
+                    continue;
+                }
+                let failed = runs_failed(set, &fs, step);
+                let ok = runs(set, &fs, step).len();
+                notes.push(format!(
+                    "{fs} {step}: failed in {failed} pass{} of the {side} side ({why}){}",
+                    if failed == 1 { "" } else { "es" },
+                    if ok == 0 {
+                        "; not compared"
+                    } else {
+                        "; those passes are left out"
+                    }
+                ));
+                seen.push(key);
+            }
+        }
+    }
+    notes
+}
+
+fn runs_failed(set: &[RunResult], fs: &str, step: &str) -> usize {
+    set.iter()
+        .flat_map(|r| r.filesystems.iter().filter(|f| f.column() == fs))
+        .map(|f| f.failures_of(step).len())
+        .sum()
 }
 
 /// A cell's figures paired across the sides, each quantity once: a figure equal in every
@@ -278,7 +316,8 @@ pub fn compare(base: &[RunResult], new: &[RunResult], opts: &CompareOptions) -> 
     if base.is_empty() || new.is_empty() {
         bail!("compare needs at least one results file on each side");
     }
-    let notes = check(base, new)?;
+    let mut notes = check(base, new)?;
+    notes.extend(failure_notes(base, new));
     let new_cells = cells(new);
     let common: Vec<(String, String)> = cells(base)
         .into_iter()

@@ -145,6 +145,12 @@ impl<'a> Cell<'a> {
         };
         let runs = f.runs_of(step);
         if runs.is_empty() {
+            if let Some((pass, s)) = f.failures_of(step).first() {
+                bail!(
+                    "step {step} failed on {fs} in every pass (pass {pass}: {})",
+                    s.error.as_deref().unwrap_or_default()
+                );
+            }
             bail!("step {step} did not run on {fs}");
         }
         let folded = |kind: &str| -> Option<Folded> {

@@ -178,6 +178,7 @@ pub fn main() -> ExitCode {
             return fail(&msg);
         }
     };
+    vm::guest::heartbeat_if_asked();
     match dispatch(cli.cmd) {
         Ok(code) => code,
         // Stopped by a signal (after cleaning up): the status a process it killed has.

@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// A name for the run in the history and the results (a branch, a patch, a setting).
     #[arg(long)]
     label: Option<String>,
+    /// Stop at the first step that fails (by default the cell is marked failed, with the
+    /// steps of its pass that need it, and the run goes on).
+    #[arg(long)]
+    fail_fast: bool,
 }
 
 pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
@@ -129,6 +133,7 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         flames_dir: flames_dir.clone(),
         draw_cells: !a.no_cell_graphs,
         label: a.label.clone(),
+        fail_fast: a.fail_fast,
     };
     let kernels = a.vm.guest_kernels(&a.dir)?;
     let outcome = match kernels.is_empty() {
@@ -168,8 +173,13 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         (Some(result), false) => history::record_run(result, a.history.history.as_deref()),
         _ => Ok(()),
     };
+    let failed = outcome.result.as_ref().map_or(0, |r| r.failures().len());
     match (outcome.error, recorded) {
         (Some(e), _) | (None, Err(e)) => Err(e),
+        (None, Ok(())) if failed > 0 => {
+            eprintln!("fsprof: {failed} cells failed (listed in the summary)");
+            Ok(ExitCode::from(1))
+        }
         (None, Ok(())) => Ok(ExitCode::SUCCESS),
     }
 }

@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{analysis::metrics::cell_metrics, results::RunResult};
+use crate::{
+    analysis::metrics::cell_metrics,
+    results::{RunResult, StepRun},
+};
 use sql::{Db, Type, Value};
 
 /// Version of the history's tables. A newer fsprof migrates an older store (`MIGRATIONS`);
@@ -391,20 +394,16 @@ impl History {
         let mut rows: Vec<[Value; 6]> = Vec::new();
         for f in &r.filesystems {
             for step in r.step_names() {
-                let passes: Vec<i64> = f
-                    .passes
-                    .iter()
-                    .filter(|p| p.steps.iter().any(|s| s.step == step))
-                    .map(|p| p.pass as i64)
-                    .collect();
-                for m in cell_metrics(&f.runs_of(&step)) {
+                let (passes, runs): (Vec<u32>, Vec<&StepRun>) =
+                    f.pass_runs(&step).into_iter().unzip();
+                for m in cell_metrics(&runs) {
                     for (pass, v) in passes.iter().zip(&m.values) {
                         rows.push([
                             id.into(),
                             f.column().into(),
                             step.as_str().into(),
                             m.name.as_str().into(),
-                            (*pass).into(),
+                            i64::from(*pass).into(),
                             (*v).into(),
                         ]);
                     }

@@ -314,6 +314,24 @@ fn summary(r: &RunResult) -> String {
         last = s.step;
     }
     o.push_str("</table>");
+    let failed = r.failures();
+    if !failed.is_empty() {
+        let _ = write!(
+            o,
+            "<h3 class=\"warn\">Failed cells ({}), left out of every figure</h3><ul>",
+            failed.len()
+        );
+        for (fs, pass, step, why) in failed {
+            let _ = write!(
+                o,
+                "<li>{} {} pass {pass}: {}</li>",
+                esc(&fs),
+                esc(step),
+                esc(why)
+            );
+        }
+        o.push_str("</ul>");
+    }
     o
 }
 

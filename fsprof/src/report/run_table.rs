@@ -127,9 +127,28 @@ pub fn render(r: &RunResult, verbose: bool) -> String {
         o.push('\n');
         o.push_str(&super::run_summary::render(r));
     }
+    failures(&mut o, r);
     user_stacks(&mut o, r, None);
     filesystems(&mut o, r);
     o
+}
+
+/// The failed cells, one line each: their figures are left out of everything above.
+fn failures(o: &mut String, r: &RunResult) {
+    let failed = r.failures();
+    if failed.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "
+FAILED: {} cell{} (left out of the figures above)",
+        failed.len(),
+        if failed.len() == 1 { "" } else { "s" }
+    );
+    for (fs, pass, step, why) in failed {
+        let _ = writeln!(o, "  {fs} {step} pass {pass}: {why}");
+    }
 }
 
 /// Per filesystem, how many user stacks of `step` (None: every step) are whole.

@@ -98,6 +98,8 @@ pub struct RunOptions {
     pub only: Vec<String>,
     /// `--label`, kept in the results.
     pub label: Option<String>,
+    /// Stop the run at the first failed cell (else it is marked and the run goes on).
+    pub fail_fast: bool,
 }
 
 fn opts_for(list: &[(Option<FsKind>, String)], kind: FsKind) -> Vec<String> {
@@ -395,18 +397,23 @@ impl Matrix<'_> {
             ..Default::default()
         });
         ctx.dir = labfs.mountpoint().to_path_buf();
+        let mut failed: Vec<String> = Vec::new();
         for step in self.steps {
             signals::check()?;
             progress.step(kind, pass, self.opts.passes, &step.name());
-            let run = self.step(step, kind, pass, ctx, &labfs)?;
-            let failed = run.trace.exit_code != Some(0);
+            let run = self.cell(step, kind, pass, ctx, &labfs, &failed)?;
             let name = run.step.clone();
+            let error = run.error.clone();
             let pass_run = result.filesystems[fs_index].passes.last_mut();
             pass_run.expect("pushed above").steps.push(run);
             result.save(&self.opts.results)?;
             signals::check()?;
-            if failed {
-                anyhow::bail!("step {name} failed on {kind} (pass {pass})");
+            if let Some(e) = error {
+                if self.opts.fail_fast {
+                    anyhow::bail!("step {name} failed on {kind} (pass {pass}): {e}");
+                }
+                eprintln!("fsprof: step {name} failed on {kind} (pass {pass}): {e}; going on");
+                failed.push(name);
             }
         }
         let umount = labfs.unmount()?;
@@ -414,6 +421,54 @@ impl Matrix<'_> {
         pass_run.expect("pushed above").umount_ns = Some(ns(umount));
         result.save(&self.opts.results)?;
         Ok(())
+    }
+
+    /// One cell: the step traced, or why it failed or was not run (a step it needs failed
+    /// earlier in the pass). Only an interruption is an error here.
+    fn cell(
+        &self,
+        step: &RunStep,
+        kind: FsKind,
+        pass: u32,
+        ctx: &workload::Ctx,
+        labfs: &LabFs,
+        failed: &[String],
+    ) -> Result<StepRun> {
+        let needs = match step {
+            RunStep::Builtin(s) => s.needs(),
+            _ => &[],
+        };
+        let unmet: Vec<&str> = needs
+            .iter()
+            .map(|n| n.name())
+            .filter(|n| failed.iter().any(|f| f == n))
+            .collect();
+        let not_run = |why: String| StepRun {
+            step: step.name(),
+            error: Some(why),
+            ..StepRun::default()
+        };
+        if !unmet.is_empty() {
+            return Ok(not_run(format!(
+                "not run: needs {}, which failed",
+                unmet.join(", ")
+            )));
+        }
+        match self.step(step, kind, pass, ctx, labfs) {
+            Ok(mut run) => {
+                run.error = match (run.trace.exit_code, run.trace.exit_signal) {
+                    (Some(0), _) => None,
+                    (Some(c), _) => Some(format!("exited with status {c}")),
+                    (None, Some(sig)) => Some(format!("killed by signal {sig}")),
+                    (None, None) => Some("did not exit".to_string()),
+                };
+                Ok(run)
+            }
+            Err(e) => {
+                signals::check()?;
+                Ok(not_run(format!("{e:#}")))
+            }
+        }
     }
 
     /// One step traced on the pass's filesystem.
@@ -479,6 +534,7 @@ impl Matrix<'_> {
             capacity_after: deletes.then(|| labfs.capacity()).transpose()?,
             metrics,
             trace,
+            error: None,
         })
     }
 }

@@ -60,13 +60,35 @@ pub struct GuestRun {
 
 /// A guest that prints nothing for this long is taken as hung and stopped: a Debian 6.1
 /// guest under TCG has been seen to stop whole after a cell (both vCPUs spinning, no
-/// output, no file written), rarely. fsprof in the guest prints a line per step.
-/// `FSPROF_VM_STALL_SECONDS` sets another limit.
+/// output, no file written), rarely. fsprof in the guest prints a line per step, and a NUL
+/// byte every `HEARTBEAT` while it runs (the relay drops NULs), so a step may be silent for
+/// hours while a hung guest is stopped within minutes. `FSPROF_VM_STALL_SECONDS` sets
+/// another limit.
 fn stall_limit() -> Duration {
     std::env::var("FSPROF_VM_STALL_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .map_or(Duration::from_secs(20 * 60), Duration::from_secs)
+        .map_or(Duration::from_secs(5 * 60), Duration::from_secs)
+}
+
+/// Set in the guest's environment: fsprof there writes a NUL byte to stderr this often.
+const HEARTBEAT_ENV: &str = "FSPROF_HEARTBEAT_SECONDS";
+const HEARTBEAT: Duration = Duration::from_secs(20);
+
+/// In a guest (`HEARTBEAT_ENV` set), a thread that shows the host this fsprof is alive.
+pub fn heartbeat_if_asked() {
+    let Some(every) = std::env::var(HEARTBEAT_ENV)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return;
+    };
+    thread::spawn(move || {
+        loop {
+            thread::sleep(Duration::from_secs(every.max(1)));
+            let _ = std::io::stderr().write_all(b"\0");
+        }
+    });
 }
 
 /// The guest printed nothing for this long and was stopped.
@@ -103,7 +125,8 @@ pub fn run(
     let _ = std::fs::remove_file(&stamp);
     let share_s = share.to_str().context("share path is not UTF-8")?;
     let full = format!(
-        "cd {q} && : > {STARTED} && {script}",
+        "cd {q} && : > {STARTED} && export {HEARTBEAT_ENV}={} && {script}",
+        HEARTBEAT.as_secs(),
         q = shlex::try_quote(share_s)?
     );
     let mut cmd = vng();
@@ -146,7 +169,9 @@ pub fn run(
         .stderr
         .take()
         .map(|e| relay_in_thread(e, &last, started));
-    let status = wait(&mut child, &last, started);
+    // Under KVM a guest that boots at all starts the script in seconds.
+    let boot_limit = (cfg.accel == Accel::Kvm).then_some((KVM_BOOT_LIMIT, stamp.as_path()));
+    let status = wait(&mut child, &last, started, boot_limit);
     for relay in [out, err].into_iter().flatten() {
         let _ = relay.join();
     }
@@ -199,9 +224,32 @@ fn vng() -> Command {
     c
 }
 
-/// Waits for the VM; on a signal, or when it has printed nothing for `stall_limit`, stops its
-/// whole process group (TERM, then KILL).
-fn wait(child: &mut Child, last: &AtomicU64, started: Instant) -> Result<Option<i32>> {
+/// How long a KVM guest may take to reach the script (a KVM boot takes 1–3 s where KVM
+/// works; TCG ~50 s).
+const KVM_BOOT_LIMIT: Duration = Duration::from_secs(30);
+
+/// Why a KVM guest did not boot, and what to do instead.
+fn kvm_no_boot() -> String {
+    let why = if Path::new("/sys/module/kvm_pvm").exists() {
+        "this host's KVM is PVM (module kvm_pvm), which boots only PVM-enabled guest kernels"
+    } else {
+        "the guest kernel does not boot under this host's KVM"
+    };
+    format!(
+        "the VM did not boot within {} s with --vm-accel kvm: {why}; use --vm-accel tcg",
+        KVM_BOOT_LIMIT.as_secs()
+    )
+}
+
+/// Waits for the VM; on a signal, when it has printed nothing for `stall_limit`, or when
+/// `boot_limit` passed without the script's stamp, stops its whole process group (TERM,
+/// then KILL).
+fn wait(
+    child: &mut Child,
+    last: &AtomicU64,
+    started: Instant,
+    boot_limit: Option<(Duration, &Path)>,
+) -> Result<Option<i32>> {
     let group = rustix::process::Pid::from_raw(child.id() as i32).context("child pid")?;
     let limit = stall_limit();
     let stop = |child: &mut Child| -> Result<()> {
@@ -230,6 +278,13 @@ fn wait(child: &mut Child, last: &AtomicU64, started: Instant) -> Result<Option<
         if silent > limit.as_millis() as u64 {
             stop(child)?;
             return Err(Stalled(limit).into());
+        }
+        if let Some((limit, stamp)) = boot_limit
+            && started.elapsed() > limit
+            && !stamp.exists()
+        {
+            stop(child)?;
+            bail!("{}", kvm_no_boot());
         }
         thread::sleep(Duration::from_millis(100));
     }

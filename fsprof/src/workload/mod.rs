@@ -126,6 +126,24 @@ impl Step {
             })
     }
 
+    /// Earlier steps whose leftovers this one works on: when one of them failed in a pass,
+    /// this one is not run in that pass.
+    pub fn needs(self) -> &'static [Step] {
+        use Step::*;
+        match self {
+            CopyTree | ListTree | Find | DeleteTree => &[ExtractTree],
+            BigCopy | Remux | DeleteBig => &[BigIn],
+            SeqRead => &[SeqWrite],
+            BonnieRewrite | BonnieGetc | BonnieRead | BonnieSeeks => &[BonnieWrite],
+            BonnieSeqStat | BonnieSeqDelete => &[BonnieSeqCreate],
+            BonnieRandStat | BonnieRandDelete => &[BonnieRandCreate],
+            IozoneRewrite | IozoneRead | IozoneReread | IozoneRandRead | IozoneRandWrite => {
+                &[IozoneWrite]
+            }
+            _ => &[],
+        }
+    }
+
     /// Steps that free space: capacity is measured after them.
     pub fn deletes(self) -> bool {
         matches!(

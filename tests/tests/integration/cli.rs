@@ -1,6 +1,6 @@
 //! The command line: JSON output, exit status and one-line errors.
 
-use std::process::Command;
+use std::{path::Path, process::Command};
 
 use fsprof::lab::FsKind;
 
@@ -284,4 +284,63 @@ pub fn list_agrees_with_the_kernel_and_the_path() {
         }
     }
     assert!(available >= 3, "{text}");
+}
+
+/// Every `fsprof` line of the README's "Using it" block runs as written, in order, in an
+/// empty directory with a history of its own: `run` lines at a tiny scale and one pass (the
+/// only change made to them), VM lines left to the `vm` tests (they boot emulated kernels
+/// for minutes).
+pub fn readme_commands_run_as_written() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    // The first code block (indented lines) of the section.
+    let section = readme.split("## Using it\n").nth(1).unwrap();
+    let lines: Vec<&str> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("    "))
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| l.trim_start())
+        .filter(|l| l.starts_with("fsprof "))
+        .collect();
+    assert!(lines.len() >= 20, "{lines:?}");
+    let dir = TempDir::new("readme");
+    let bin_dir = fsprof_bin().parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let mut ran = 0;
+    for line in lines {
+        // Comments go; the command stays as written.
+        let command = line.split("  #").next().unwrap().trim_end();
+        if command.contains("--kernel") || command.contains("ab.json") {
+            continue;
+        }
+        let command = if command.starts_with("fsprof run ") {
+            let without_passes = command.replace("--passes 3", "");
+            format!("{without_passes} --scale 0.005 --passes 1")
+        } else {
+            command.to_string()
+        };
+        let out = Command::new("sh")
+            .args(["-c", &command])
+            .current_dir(&dir.0)
+            .env("PATH", &path)
+            .env(fsprof::history::HISTORY_ENV, dir.0.join("history.sqlite"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{command}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ran += 1;
+    }
+    eprintln!("{ran} README command lines ran");
+    let history = Command::new(fsprof_bin())
+        .args(["history", "list"])
+        .env(fsprof::history::HISTORY_ENV, dir.0.join("history.sqlite"))
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&history.stdout);
+    assert!(listed.starts_with("4 runs"), "{listed}");
 }

@@ -36,6 +36,7 @@ fn main() {
         root cli::cleanup_removes_what_a_killed_run_left,
         root cli::lab_options_reach_the_filesystem,
         root cli::list_agrees_with_the_kernel_and_the_path,
+        root cli::readme_commands_run_as_written,
         root history::runs_are_recorded_compared_with_their_past_and_trended,
         root history::two_machines_record_into_one_postgres_without_showing_its_password,
         user history::bad_stores_are_one_line_errors_and_the_results_stay,
@@ -58,6 +59,7 @@ fn main() {
         root run::report_rerenders_results_and_rejects_broken_files,
         user run::bad_names_are_one_line_errors,
         root run::missing_mkfs_tools_are_one_line_errors,
+        root run::a_failed_cell_does_not_stop_the_study,
         root sched::wall_user_sys_agree_with_gnu_time,
         root sched::direct_io_writer_is_mostly_io_wait,
         root sched::cpu_bound_loop_is_on_cpu,
@@ -77,6 +79,7 @@ fn main() {
         root vm::guest_syscall_counts_equal_strace_in_the_guest,
         root vm::sigint_mid_vm_run_leaves_no_qemu,
         root vm::silent_guest_is_stopped_and_booted_again_once,
+        root vm::kvm_that_cannot_boot_the_guest_is_one_line,
     ];
     let root = fsprof_tests::is_root();
     let skipped = all.iter().filter(|t| t.2 && !root).count();

@@ -143,6 +143,9 @@ pub fn quick_suite_fills_every_cell() {
     assert_eq!(r.flames.diffs.len(), drawable);
     let quick = Suite::find("quick").unwrap();
     assert_eq!(r.filesystems.len(), 3);
+    // Completions the kernel ends without the tracepoint, over the whole run: one cell of a
+    // few hundred requests has met 3 (btrfs iozone-rewrite, 3 of 259).
+    let mut unseen = (0, 0);
     for f in &r.filesystems {
         assert_eq!(f.passes.len(), 2, "{}", f.fs);
         for p in &f.passes {
@@ -165,7 +168,9 @@ pub fn quick_suite_fills_every_cell() {
                     f.fs,
                     s.step
                 );
-                assert_nothing_lost(&t.profile, &format!("{} {}", f.fs, s.step));
+                let (u, i) = unseen_of(&t.profile, &format!("{} {}", f.fs, s.step));
+                unseen.0 += u;
+                unseen.1 += i;
             }
             // Writing steps reach the device under test, and only it is reported.
             let copy = p.steps.iter().find(|s| s.step == "copy-tree").unwrap();
@@ -192,6 +197,7 @@ pub fn quick_suite_fills_every_cell() {
             step.name()
         );
     }
+    assert_unseen_bound(unseen.0, unseen.1, "the quick suite");
     assert!(rows.iter().filter(|r| r.contains(&"1.00×")).count() >= quick_steps_len());
     assert!(stdout.contains("--verbose"), "{stdout}");
     // fsprof's own workloads, bonnie++ and IOzone have whole user stacks, and say so.
@@ -585,4 +591,99 @@ pub fn report_rerenders_results_and_rejects_broken_files() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(needle), "{err}");
     }
+}
+
+/// A step that fails on one filesystem (ENOSPC on a small one) marks its cell and the cells
+/// that need it, and the study goes on; `--fail-fast` stops at it.
+pub fn a_failed_cell_does_not_stop_the_study() {
+    let json = tmp_json("keep-going");
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "run",
+            "--fs",
+            "ext4",
+            "--size",
+            "64M",
+            "--passes",
+            "2",
+            "--no-stacks",
+            "--only",
+            "extract-tree,find",
+            "--scale",
+            "0.2",
+            "--step",
+            "after=ls {mnt}",
+            "--json",
+        ];
+        a.push(json.to_str().unwrap());
+        a.extend(extra);
+        Command::new(fsprof_bin()).args(a).output().unwrap()
+    };
+    let out = args(&[]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("4 cells failed"), "{stderr}");
+    let r = RunResult::load(&json).unwrap();
+    assert!(r.complete, "{:?}", r.interrupted);
+    let f = &r.filesystems[0];
+    assert_eq!(f.passes.len(), 2, "both passes ran");
+    for p in &f.passes {
+        let by: std::collections::BTreeMap<&str, &fsprof::results::StepRun> =
+            p.steps.iter().map(|s| (s.step.as_str(), s)).collect();
+        let extract = by["extract-tree"].error.as_deref().unwrap_or_default();
+        assert!(extract.starts_with("exited with status"), "{extract}");
+        assert_eq!(
+            by["find"].error.as_deref(),
+            Some("not run: needs extract-tree, which failed")
+        );
+        assert_eq!(by["after"].error, None, "after ran and worked");
+        assert_eq!(by["after"].trace.exit_code, Some(0));
+    }
+    // The summary shows the cell that worked and lists the failed ones; the CSV says why.
+    assert!(stdout.contains("FAILED: 4 cells"), "{stdout}");
+    assert!(
+        stdout.contains("ext4 find pass 2: not run: needs extract-tree"),
+        "{stdout}"
+    );
+    let csv = std::fs::read_to_string(json.with_extension("csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",error"), "{csv}");
+    assert!(csv.contains("exited with status"), "{csv}");
+    // Explain says the cell failed; compare leaves it out and says so.
+    let explain = Command::new(fsprof_bin())
+        .args([
+            "explain",
+            json.to_str().unwrap(),
+            "--step",
+            "find",
+            "--fs",
+            "ext4",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&explain.stderr);
+    assert!(err.contains("failed on ext4 in every pass"), "{err}");
+    let cmp = Command::new(fsprof_bin())
+        .args(["compare", json.to_str().unwrap(), json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&cmp.stdout);
+    assert!(
+        said.contains("ext4 find: failed in 2 passes of the base side"),
+        "{said}"
+    );
+    assert!(said.contains("not compared"), "{said}");
+
+    // --fail-fast: the first failure ends the run, with what it finished saved.
+    let out = args(&["--fail-fast"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("step extract-tree failed on ext4 (pass 1)"),
+        "{err}"
+    );
+    let r = RunResult::load(&json).unwrap();
+    assert_eq!(r.filesystems[0].passes[0].steps.len(), 1);
 }

@@ -292,9 +292,12 @@ pub fn sigint_mid_vm_run_leaves_no_qemu() {
 pub fn silent_guest_is_stopped_and_booted_again_once() {
     let dir = TempDir::new("vm-stall");
     let started = Instant::now();
+    // A step silent for longer than the limit is fine (the guest's fsprof sends heartbeats);
+    // a guest whose fsprof stops (as a hung guest does) is not.
     let out = Command::new(fsprof_bin())
         .args(["run", "--kernel", KERNEL, "--fs", "ext4", "--suite", "none"])
-        .args(["--passes", "1", "--no-stacks", "--step", "silent=sleep 900"])
+        .args(["--passes", "1", "--no-stacks", "--step", "quiet=sleep 75"])
+        .args(["--step", "hang=kill -STOP $PPID; sleep 900"])
         .arg("--json")
         .arg(dir.0.join("r.json"))
         .env("FSPROF_VM_STALL_SECONDS", "60")
@@ -313,5 +316,37 @@ pub fn silent_guest_is_stopped_and_booted_again_once() {
     );
     // Stopped, not waited out: the silent step would take 900 s in each boot.
     assert!(started.elapsed() < Duration::from_secs(900), "{err}");
+    let r = RunResult::load(&dir.0.join("r.json")).unwrap();
+    let quiet = &r.filesystems[0].passes[0].steps[0];
+    assert_eq!((quiet.step.as_str(), &quiet.error), ("quiet", &None));
+    assert_no_vm_left();
+}
+
+/// `--vm-accel kvm` where the guest cannot boot under KVM (this host's KVM is PVM: stock
+/// kernels stop after "Probing EDD") ends in one line that says why and what to use.
+pub fn kvm_that_cannot_boot_the_guest_is_one_line() {
+    let started = Instant::now();
+    let out = Command::new(fsprof_bin())
+        .args(["list", "--kernel", KERNEL, "--vm-accel", "kvm"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("ended after {:.1} s", started.elapsed().as_secs_f64());
+    if out.status.success() {
+        // A host whose KVM boots the guest: it lists the guest's filesystems.
+        assert!(!Path::new("/sys/module/kvm_pvm").exists(), "{err}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("jfs"));
+    } else {
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("did not boot within 30 s") && last.contains("--vm-accel tcg"),
+            "{err}"
+        );
+        if Path::new("/sys/module/kvm_pvm").exists() {
+            assert!(last.contains("PVM"), "{last}");
+        }
+        // Stopped at the boot limit, not by the 20-minute stall watchdog.
+        assert!(started.elapsed() < Duration::from_secs(120), "{err}");
+    }
     assert_no_vm_left();
 }
