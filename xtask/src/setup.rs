@@ -65,29 +65,41 @@ pub fn apt_install(pkgs: &[&str]) -> Result<()> {
     }
     eprintln!("xtask: installing {}", missing.join(" "));
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    // Setup adds to the machine, never takes away: an install that would remove or
-    // downgrade a package (the image's qemu-utils 10 from bookworm-backports against
-    // bookworm's qemu-system-x86 7.2) takes its packages from backports, or stops.
-    let removed = removals(&missing, None)?;
-    let release = if removed.is_empty() {
-        None
-    } else {
-        ensure_backports()?;
-        if !removals(&missing, Some(BACKPORTS))?.is_empty() {
-            bail!(
-                "installing {} would remove {} (from bookworm and from {BACKPORTS} alike): install compatible versions by hand",
-                missing.join(" "),
-                removed.join(" ")
-            );
+    // Setup adds to the machine, never takes away: a package whose install would remove or
+    // downgrade another (the image's qemu-utils 10 from bookworm-backports against
+    // bookworm's qemu-system-x86 7.2) comes from backports, or setup stops and says so.
+    if removals(&missing, None)?.is_empty() {
+        return run(apt_get_install(&missing, None).args(["-y", "-qq"]));
+    }
+    let mut clean = Vec::new();
+    let mut conflicting = Vec::new();
+    for &p in &missing {
+        match removals(&[p], None)?.as_slice() {
+            [] => clean.push(p),
+            removed => conflicting.push((p, removed.join(", "))),
         }
-        eprintln!(
-            "xtask: from bookworm, {} would remove {}; taking them from {BACKPORTS}",
-            missing.join(" "),
-            removed.join(" ")
+    }
+    if !clean.is_empty() {
+        run(apt_get_install(&clean, None).args(["-y", "-qq"]))?;
+    }
+    ensure_backports()?;
+    let names: Vec<&str> = conflicting.iter().map(|c| c.0).collect();
+    if !removals(&names, Some(BACKPORTS))?.is_empty() {
+        let what: Vec<String> = conflicting
+            .iter()
+            .map(|(p, r)| format!("{p} would remove or downgrade {r}"))
+            .collect();
+        bail!(
+            "{} (from bookworm and from {BACKPORTS} alike): install compatible versions by hand",
+            what.join("; ")
         );
-        Some(BACKPORTS)
-    };
-    run(apt_get_install(&missing, release).args(["-y", "-qq"]))
+    }
+    for (p, removed) in &conflicting {
+        eprintln!(
+            "xtask: from bookworm, {p} would remove or downgrade {removed}; taking it from {BACKPORTS}"
+        );
+    }
+    run(apt_get_install(&names, Some(BACKPORTS)).args(["-y", "-qq"]))
 }
 
 const BACKPORTS: &str = "bookworm-backports";
