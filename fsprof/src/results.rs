@@ -492,7 +492,7 @@ mod tests {
         let a = &parts[0].1;
         let cols: Vec<String> = a.filesystems.iter().map(FsRun::column).collect();
         assert_eq!(cols, ["jfs", "xfs"]);
-        assert!(a.to_csv().lines().skip(1).all(|l| l.ends_with(",a")));
+        assert!(a.to_csv().lines().skip(1).all(|l| l.ends_with(",a,")));
         let plain = RunResult::default();
         assert_eq!(plain.split_by_kernel().len(), 1);
     }

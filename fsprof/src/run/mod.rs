@@ -368,6 +368,15 @@ fn run_matrix(
     Ok(())
 }
 
+/// Where a cell runs: the filesystem, its pass, the workload's context and the lab.
+#[derive(Clone, Copy)]
+struct CellAt<'a> {
+    kind: FsKind,
+    pass: u32,
+    ctx: &'a workload::Ctx,
+    labfs: &'a LabFs,
+}
+
 impl Matrix<'_> {
     /// One pass of every step on a fresh filesystem, recorded in `result.filesystems[fs_index]`.
     #[allow(clippy::too_many_arguments)]
@@ -401,7 +410,13 @@ impl Matrix<'_> {
         for step in self.steps {
             signals::check()?;
             progress.step(kind, pass, self.opts.passes, &step.name());
-            let run = self.cell(step, kind, pass, ctx, &labfs, &failed)?;
+            let at = CellAt {
+                kind,
+                pass,
+                ctx,
+                labfs: &labfs,
+            };
+            let run = self.cell(step, &at, &failed)?;
             let name = run.step.clone();
             let error = run.error.clone();
             let pass_run = result.filesystems[fs_index].passes.last_mut();
@@ -425,15 +440,7 @@ impl Matrix<'_> {
 
     /// One cell: the step traced, or why it failed or was not run (a step it needs failed
     /// earlier in the pass). Only an interruption is an error here.
-    fn cell(
-        &self,
-        step: &RunStep,
-        kind: FsKind,
-        pass: u32,
-        ctx: &workload::Ctx,
-        labfs: &LabFs,
-        failed: &[String],
-    ) -> Result<StepRun> {
+    fn cell(&self, step: &RunStep, at: &CellAt, failed: &[String]) -> Result<StepRun> {
         let needs = match step {
             RunStep::Builtin(s) => s.needs(),
             _ => &[],
@@ -454,7 +461,7 @@ impl Matrix<'_> {
                 unmet.join(", ")
             )));
         }
-        match self.step(step, kind, pass, ctx, labfs) {
+        match self.step(step, at) {
             Ok(mut run) => {
                 run.error = match (run.trace.exit_code, run.trace.exit_signal) {
                     (Some(0), _) => None,
@@ -472,14 +479,13 @@ impl Matrix<'_> {
     }
 
     /// One step traced on the pass's filesystem.
-    fn step(
-        &self,
-        step: &RunStep,
-        kind: FsKind,
-        pass: u32,
-        ctx: &workload::Ctx,
-        labfs: &LabFs,
-    ) -> Result<StepRun> {
+    fn step(&self, step: &RunStep, at: &CellAt) -> Result<StepRun> {
+        let CellAt {
+            kind,
+            pass,
+            ctx,
+            labfs,
+        } = *at;
         let opts = self.opts;
         let name = step.name();
         let mnt = ctx.dir.display().to_string();
