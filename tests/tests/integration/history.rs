@@ -332,3 +332,91 @@ pub fn bad_stores_are_one_line_errors_and_the_results_stay() {
         "not a date",
     );
 }
+
+/// A results file being rewritten (`history export` over an older file, through the same
+/// atomic save as `run`) and killed with SIGKILL at any moment is the old file or the new
+/// one, never a torn one.
+pub fn a_results_file_survives_sigkill_mid_write() {
+    use fsprof::results::{FsRun, PassRun, StepRun};
+    let dir = TempDir::new("history-kill");
+    let db = dir.0.join("h.sqlite");
+    let big = |id: &str, wall: u64| RunResult {
+        schema_version: fsprof::results::RUN_SCHEMA_VERSION,
+        run_id: id.into(),
+        complete: true,
+        filesystems: vec![FsRun {
+            fs: "ext4".into(),
+            passes: (1..=400)
+                .map(|pass| PassRun {
+                    pass,
+                    steps: vec![StepRun {
+                        step: format!("step-{pass}"),
+                        syncfs_ns: wall,
+                        ..StepRun::default()
+                    }],
+                    ..PassRun::default()
+                })
+                .collect(),
+            ..FsRun::default()
+        }],
+        ..RunResult::default()
+    };
+    let mut h = History::open(Location::Sqlite(db.clone())).unwrap();
+    for (id, wall) in [("old", 1), ("new", 2)] {
+        h.record(&big(id, wall)).unwrap();
+    }
+    drop(h);
+    let file = dir.0.join("r.json");
+    let export = |id: &str| {
+        Command::new(fsprof_bin())
+            .args([
+                "history",
+                "--history",
+                db.to_str().unwrap(),
+                "export",
+                id,
+                "-o",
+            ])
+            .arg(&file)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    assert!(export("1").wait().unwrap().success());
+    let size = std::fs::metadata(&file).unwrap().len();
+    let (mut old, mut new) = (0, 0);
+    for i in 0..60u64 {
+        let mut child = export("2");
+        // Killed the moment the file changes size (a writer that truncates it in place is
+        // caught half-way: old and new have the same size, so an atomic rename never
+        // shows), else at a time spread over the process's life.
+        let t0 = std::time::Instant::now();
+        // The last one may finish: the new file must then be whole too.
+        let deadline = match i {
+            59 => std::time::Duration::MAX,
+            _ => std::time::Duration::from_micros(i * 1000),
+        };
+        while t0.elapsed() < deadline
+            && child.try_wait().unwrap().is_none()
+            && std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) == size
+        {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let r = RunResult::load(&file).unwrap_or_else(|e| panic!("kill {i}: {e:#}"));
+        match r.run_id.as_str() {
+            "old" => old += 1,
+            "new" => new += 1,
+            other => panic!("{other}"),
+        }
+        if r.run_id == "new" {
+            assert!(export("1").wait().unwrap().success());
+        }
+    }
+    eprintln!("{size}-byte file, 60 kills: old {old}, new {new}");
+    assert!(
+        old > 0 && new > 0,
+        "old {old}, new {new}: no kill landed before the write"
+    );
+}

@@ -40,6 +40,7 @@ fn main() {
         root history::runs_are_recorded_compared_with_their_past_and_trended,
         root history::two_machines_record_into_one_postgres_without_showing_its_password,
         user history::bad_stores_are_one_line_errors_and_the_results_stay,
+        user history::a_results_file_survives_sigkill_mid_write,
         root overhead::probe_cost_is_reported_and_below_the_targets_sys_time,
         root overhead::curated_events_count_as_the_census_does,
         root overhead::fs_events_follow_the_target_not_its_cwd,
