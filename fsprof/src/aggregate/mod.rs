@@ -96,6 +96,18 @@ pub const TIME_LABELS: [(TimeClass, &str); TIME_CLASSES as usize] = [
     (TimeClass::Other, "other"),
 ];
 
+/// A time class's label, as reports, graphs and compare name it.
+pub const fn time_label(c: TimeClass) -> &'static str {
+    let mut i = 0;
+    while i < TIME_LABELS.len() {
+        if TIME_LABELS[i].0 as u32 == c as u32 {
+            return TIME_LABELS[i].1;
+        }
+        i += 1;
+    }
+    "other"
+}
+
 impl TimeSplit {
     /// (label, ns) of every class, in `TIME_LABELS` order.
     pub fn labeled(&self) -> [(&'static str, u64); TIME_CLASSES as usize] {

@@ -20,14 +20,10 @@ use crate::probes::Probes;
 
 /// Label of a stack class, as the reports and graphs print it.
 pub fn class_label(class: u32) -> &'static str {
-    match class {
-        0 => "on-CPU",
-        1 => "I/O wait",
-        2 => "other D-wait",
-        3 => "sleep",
-        4 => "run-queue",
-        STACK_CLASS_BACKGROUND => "background",
-        _ => "other",
+    match TimeClass::ALL.get(class as usize) {
+        Some(&c) => super::time_label(c),
+        None if class == STACK_CLASS_BACKGROUND => "background",
+        None => "other",
     }
 }
 

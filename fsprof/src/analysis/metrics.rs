@@ -1,8 +1,13 @@
 //! The figures of a cell (filesystem × step) that compare and explain reason about, one
 //! value per pass.
 
+use fsprof_common::TimeClass;
+
 use super::stats::median;
-use crate::{aggregate::wakes::RUN_QUEUE_WAKER, results::StepRun};
+use crate::{
+    aggregate::{time_label, wakes::RUN_QUEUE_WAKER},
+    results::StepRun,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
@@ -134,7 +139,6 @@ pub fn waited_for_medians(runs: &[&StepRun]) -> Vec<(String, u64)> {
 /// Every figure of the cell: times, time classes, background, throughput, per-syscall and
 /// per-block-class latency percentiles (those present in every pass).
 pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
-    let class = Kind::TimeClass;
     let period = runs
         .iter()
         .find_map(|s| s.trace.stacks.as_ref().map(|st| st.sample_period_ns))
@@ -149,15 +153,21 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
             resolution: Resolution::Sampled(TICK_NS),
             ..metric("sys", Kind::Sys, runs, |s| s.trace.sys_ns as f64)
         },
-        metric("I/O wait", class, runs, |s| {
-            s.trace.profile.time.io_wait.ns as f64
+    ];
+    // The off-CPU classes a filesystem moves time between.
+    out.extend(
+        [
+            TimeClass::IoWait,
+            TimeClass::Uninterruptible,
+            TimeClass::RunQueue,
+        ]
+        .map(|c| {
+            metric(time_label(c), Kind::TimeClass, runs, |s| {
+                s.trace.profile.time.class(c).ns as f64
+            })
         }),
-        metric("other D-wait", class, runs, |s| {
-            s.trace.profile.time.uninterruptible.ns as f64
-        }),
-        metric("run-queue", class, runs, |s| {
-            s.trace.profile.time.run_queue.ns as f64
-        }),
+    );
+    out.extend([
         metric("syncfs", Kind::Syncfs, runs, |s| s.syncfs_ns as f64),
         Metric {
             resolution: Resolution::Sampled(period),
@@ -165,7 +175,7 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
                 s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0) as f64
             })
         },
-    ];
+    ]);
     // The workload's throughput: bytes its read/write calls moved per second until durable
     // (block bytes would reward a filesystem that writes more for the same work).
     let moved = |s: &StepRun| -> u64 {

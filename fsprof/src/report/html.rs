@@ -12,19 +12,22 @@ use super::{
     run_table::{clock, median_cells},
     table,
 };
+use fsprof_common::TimeClass;
+
 use crate::units::{bytes, count, seconds};
 use crate::{
-    aggregate::{histogram::Summary, stacks::UserCompleteness},
+    aggregate::{histogram::Summary, stacks::UserCompleteness, time_label},
     analysis::{metrics, stats::median},
     results::{FsRun, RunResult, StepRun, dir_of},
 };
 
+/// The time chart's segments: user and sys, then the off-CPU classes by their labels.
 const SEGMENTS: [(&str, &str); 5] = [
     ("user", "#e4572e"),
     ("sys", "#f3a712"),
-    ("I/O wait", "#2e86ab"),
-    ("other D-wait", "#7b2cbf"),
-    ("run-queue", "#a8c686"),
+    (time_label(TimeClass::IoWait), "#2e86ab"),
+    (time_label(TimeClass::Uninterruptible), "#7b2cbf"),
+    (time_label(TimeClass::RunQueue), "#a8c686"),
 ];
 
 fn med(runs: &[&StepRun], f: impl Fn(&StepRun) -> u64) -> u64 {
