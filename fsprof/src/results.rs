@@ -114,19 +114,19 @@ impl FsRun {
 
     /// (pass, cell) of `step` in every pass where it worked.
     pub fn pass_runs(&self, step: &str) -> Vec<(u32, &StepRun)> {
-        self.passes
-            .iter()
-            .filter_map(|p| p.steps.iter().find(|s| s.step == step).map(|s| (p.pass, s)))
-            .filter(|(_, s)| s.error.is_none())
-            .collect()
+        self.cells_where(step, true)
     }
 
     /// (pass, cell) of `step` in every pass where it failed or was not run.
     pub fn failures_of(&self, step: &str) -> Vec<(u32, &StepRun)> {
+        self.cells_where(step, false)
+    }
+
+    fn cells_where(&self, step: &str, worked: bool) -> Vec<(u32, &StepRun)> {
         self.passes
             .iter()
             .filter_map(|p| p.steps.iter().find(|s| s.step == step).map(|s| (p.pass, s)))
-            .filter(|(_, s)| s.error.is_some())
+            .filter(|(_, s)| s.error.is_none() == worked)
             .collect()
     }
 }

@@ -233,9 +233,10 @@ fn trend_cmd(
         base_runs,
         compare: CompareOptions::default(),
     };
+    let judged = trend::verdicts(h, &runs, metric, &opts)?;
     let mut charts = Vec::new();
     for step in steps {
-        let points = trend::trend(h, &runs, &step, metric, &opts)?;
+        let points = trend::trend(h, &runs, &step, metric, &judged)?;
         if points.iter().all(|p| p.values.is_empty()) {
             bail!("no recorded run has '{metric}' for step '{step}'");
         }

@@ -136,8 +136,6 @@ impl RunRow {
     /// The row a results file makes.
     pub fn of(r: &RunResult) -> RunRow {
         let filesystems: Vec<String> = r.filesystems.iter().map(|f| f.column()).collect();
-        let mut unique = filesystems.clone();
-        unique.dedup();
         RunRow {
             id: 0,
             uid: if r.run_id.is_empty() {
@@ -151,7 +149,7 @@ impl RunRow {
             suite: r.suite.clone(),
             scale: r.scale,
             steps: r.step_names().join(","),
-            filesystems: unique.join(","),
+            filesystems: filesystems.join(","),
             kernel: r.kernel.clone(),
             kernel_build: r.kernel_build.clone(),
             accel: accel_of(r),

@@ -125,7 +125,8 @@ fn a_trend_marks_the_run_that_regressed() {
         base_runs: 5,
         compare: Default::default(),
     };
-    let points = trend::trend(&mut h, &runs, "extract-tree", "wall", &opts).unwrap();
+    let judged = trend::verdicts(&mut h, &runs, "wall", &opts).unwrap();
+    let points = trend::trend(&mut h, &runs, "extract-tree", "wall", &judged).unwrap();
     let verdicts: Vec<Option<crate::analysis::verdict::Verdict>> = points
         .iter()
         .map(|p| p.verdicts.get("ext4").copied())

@@ -31,13 +31,29 @@ pub struct TrendOptions {
     pub compare: CompareOptions,
 }
 
-/// The trend of `metric` of `step` over `runs` (oldest first).
+/// Compare's verdicts on one figure of every run: (step, cell) → verdict, by run id.
+pub type Verdicts = BTreeMap<i64, BTreeMap<(String, String), Verdict>>;
+
+/// Judges each of `runs` once against the complete runs of its configuration before it
+/// (one comparison a run serves every step's trend).
+pub fn verdicts(
+    h: &mut History,
+    runs: &[RunRow],
+    metric: &str,
+    opts: &TrendOptions,
+) -> Result<Verdicts> {
+    runs.iter()
+        .map(|r| Ok((r.id, judge(h, r, metric, opts)?)))
+        .collect()
+}
+
+/// The trend of `metric` of `step` over `runs` (oldest first), with their verdicts.
 pub fn trend(
     h: &mut History,
     runs: &[RunRow],
     step: &str,
     metric: &str,
-    opts: &TrendOptions,
+    verdicts: &Verdicts,
 ) -> Result<Vec<Point>> {
     let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
     let mut per_run: BTreeMap<i64, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
@@ -49,33 +65,35 @@ pub fn trend(
             .or_default()
             .push(v);
     }
-    let mut out = Vec::new();
-    for r in runs {
-        let values: BTreeMap<String, f64> = per_run
-            .remove(&r.id)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(cell, v)| (cell, median_f64(v)))
-            .collect();
-        let verdicts = judge(h, r, step, metric, opts)?;
-        out.push(Point {
+    Ok(runs
+        .iter()
+        .map(|r| Point {
             run: r.clone(),
-            values,
-            verdicts,
-        });
-    }
-    Ok(out)
+            values: per_run
+                .remove(&r.id)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(cell, v)| (cell, median_f64(v)))
+                .collect(),
+            verdicts: verdicts
+                .get(&r.id)
+                .into_iter()
+                .flatten()
+                .filter(|((s, _), _)| s == step)
+                .map(|((_, cell), v)| (cell.clone(), *v))
+                .collect(),
+        })
+        .collect())
 }
 
-/// Compare's verdict on `metric` of `step` in run `r` against the complete runs of its
-/// configuration before it.
+/// Compare's verdict on `metric` in run `r`, per (step, cell), against the complete runs of
+/// its configuration before it.
 fn judge(
     h: &mut History,
     r: &RunRow,
-    step: &str,
     metric: &str,
     opts: &TrendOptions,
-) -> Result<BTreeMap<String, Verdict>> {
+) -> Result<BTreeMap<(String, String), Verdict>> {
     let base_rows = h.runs(&Filter {
         config: Some(r.config.clone()),
         complete_only: true,
@@ -96,8 +114,8 @@ fn judge(
     };
     Ok(c.rows
         .iter()
-        .filter(|row| row.step == step && row.metric == metric)
-        .map(|row| (row.fs.clone(), row.verdict))
+        .filter(|row| row.metric == metric)
+        .map(|row| ((row.step.clone(), row.fs.clone()), row.verdict))
         .collect())
 }
 

@@ -25,6 +25,11 @@ fn text(b: &[u8]) -> String {
 /// A one-step run on ext4 that writes `mib` MiB and fsyncs, three passes, recorded in
 /// `history` (a path or a server; None: the tests' own) with `extra` arguments.
 fn run_writing(mib: u32, json: &Path, history: Option<&str>, extra: &[&str]) -> Output {
+    run_writing_cmd(mib, json, history, extra).output().unwrap()
+}
+
+/// The command of `run_writing`, to start it without waiting.
+fn run_writing_cmd(mib: u32, json: &Path, history: Option<&str>, extra: &[&str]) -> Command {
     let step = format!("w=dd if=/dev/zero of={{mnt}}/f bs=1M count={mib} conv=fsync status=none");
     let mut args = vec![
         "run",
@@ -44,7 +49,9 @@ fn run_writing(mib: u32, json: &Path, history: Option<&str>, extra: &[&str]) -> 
         args.extend(["--history", h]);
     }
     args.extend(extra);
-    fsprof(&args)
+    let mut cmd = Command::new(fsprof_bin());
+    cmd.args(args);
+    cmd
 }
 
 pub fn runs_are_recorded_compared_with_their_past_and_trended() {
@@ -205,32 +212,17 @@ pub fn two_machines_record_into_one_postgres_without_showing_its_password() {
         .map(|i| {
             let json = dir.0.join(format!("m{i}.json"));
             let images = dir.0.join(format!("images{i}"));
-            let step = "w=dd if=/dev/zero of={mnt}/f bs=1M count=16 conv=fsync status=none";
-            let child = Command::new(fsprof_bin())
-                .args([
-                    "run",
-                    "--suite",
-                    "none",
-                    "--fs",
-                    "ext4",
-                    "--passes",
-                    "2",
-                    "--no-stacks",
-                    "--step",
-                    step,
-                    "--history",
-                    &url,
-                    "--label",
-                ])
-                .arg(format!("machine{i}"))
-                .arg("--dir")
-                .arg(&images)
-                .arg("--json")
-                .arg(&json)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
+            let label = format!("machine{i}");
+            let child = run_writing_cmd(
+                16,
+                &json,
+                Some(&url),
+                &["--label", &label, "--dir", images.to_str().unwrap()],
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
             (json, child)
         })
         .collect();
