@@ -59,8 +59,12 @@ pub fn runs_are_recorded_compared_with_their_past_and_trended() {
     let db = dir.0.join("h.sqlite");
     let h = db.to_str().unwrap();
     let json = |i: usize| dir.0.join(format!("r{i}.json"));
-    // Two runs alike, then one that writes four times as much: a regression of `w`.
-    for (i, (mib, label)) in [(16, "base"), (16, "base"), (64, "big")].iter().enumerate() {
+    // Two runs alike, then one that writes sixteen times as much: a regression of `w` far
+    // beyond the noise of three passes (with 4× one noisy pass once left it inconclusive).
+    for (i, (mib, label)) in [(16, "base"), (16, "base"), (256, "big")]
+        .iter()
+        .enumerate()
+    {
         let out = run_writing(*mib, &json(i), Some(h), &["--label", label]);
         assert_success(&out);
         let err = text(&out.stderr);
@@ -103,6 +107,7 @@ pub fn runs_are_recorded_compared_with_their_past_and_trended() {
     // The big run against its past: the two runs before it of the same configuration.
     let cmp = fsprof(&[
         "compare",
+        "--all",
         "--past",
         "2",
         "--history",
