@@ -7,8 +7,12 @@
 pub mod config;
 pub mod hist;
 pub mod kdev;
+#[cfg(feature = "user")]
+pub mod map_names;
 pub mod maps;
 pub mod unwind;
 
 pub use config::ProbeConfig;
+#[cfg(feature = "user")]
+pub use map_names::MapName;
 pub use maps::*;

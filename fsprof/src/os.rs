@@ -34,6 +34,34 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns and of the kernel log's stamps.
+/// Lap times of fsprof's own work, by phase name (ns), for its start-up and tear-down cost.
+#[derive(Debug)]
+pub struct Laps {
+    last: std::time::Instant,
+    pub ns: std::collections::BTreeMap<String, u64>,
+}
+
+impl Laps {
+    pub fn start() -> Laps {
+        Laps {
+            last: std::time::Instant::now(),
+            ns: Default::default(),
+        }
+    }
+
+    /// Ends phase `name` (added to it when it recurs) and starts the next.
+    pub fn lap(&mut self, name: &str) {
+        let now = std::time::Instant::now();
+        *self.ns.entry(name.to_string()).or_default() += (now - self.last).as_nanos() as u64;
+        self.last = now;
+    }
+
+    /// Starts the next phase now, leaving out the time since the last lap.
+    pub fn skip(&mut self) {
+        self.last = std::time::Instant::now();
+    }
+}
+
 pub fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

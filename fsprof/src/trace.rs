@@ -212,6 +212,10 @@ pub struct TraceResult {
     /// Files written: "on-cpu.svg", "off-cpu.folded", … → path.
     #[serde(default)]
     pub flames: std::collections::BTreeMap<String, String>,
+    /// fsprof's own time before and after the command, by phase (offsets, btf, load,
+    /// unwind, verify, attach, fs_events, preload, collect, stacks): its start-up and tear-down cost.
+    #[serde(default)]
+    pub own_time_ns: std::collections::BTreeMap<String, u64>,
 }
 
 impl TraceResult {
@@ -350,9 +354,11 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
         missing_hooks: probes.missing.iter().map(|(s, _)| s.to_string()).collect(),
         ..Default::default()
     };
+    probes.laps.skip();
     match opts.pid {
         Some(pid) => {
             preload_running(&probes, pid);
+            probes.laps.lap("preload");
             let before = target::process_cpu(pid);
             for (tid, state) in target::process_tree_threads(pid)? {
                 probes.follow_running(tid, state)?;
@@ -381,6 +387,7 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
             if let Ok(p) = target::resolve_program(&opts.command[0]) {
                 probes.preload_unwind(&p);
             }
+            probes.laps.lap("preload");
             let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
             let pid = held.pid();
             probes.follow(pid, false)?;
@@ -399,15 +406,19 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
             result.quiesce_ns = quiesce::quiesce(fs)?.map(ns);
         }
     }
+    probes.laps.skip();
     let (profile, open) = aggregate::collect(&probes)?;
     result.profile = profile;
+    probes.laps.lap("collect");
     if let Some(st) = stacks::collect(&probes, &open, opts.device_name.as_deref())? {
         finish_stacks(&mut result, &st, opts.flames.as_ref())?;
     }
+    probes.laps.lap("stacks");
     if let Some(dir) = &opts.kill_leftovers_in
         && opts.pid.is_none()
     {
         kill_leftovers(&probes, dir)?;
     }
+    result.own_time_ns = probes.laps.ns.clone();
     Ok(result)
 }

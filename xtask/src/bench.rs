@@ -23,45 +23,33 @@ use crate::{run, setup};
 const DIR: &str = "/run/fsprof-bench";
 const IMAGE_DIR: &str = "/var/tmp/fsprof-bench";
 
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
+/// A way of running each workload; the names are what `--modes` takes and the table shows.
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+pub enum Mode {
     Untraced,
     Floor,
     Default,
     /// The default with the kernel timing fsprof's programs throughout, not 10 % of the time.
     TimedAll,
+    #[value(name = "all-waits")]
     EveryWait,
     NoStacks,
+    #[value(name = "no-fs-ev")]
     NoFsEvents,
     Census,
     Bpftrace,
 }
 
-const MODES: [Mode; 9] = [
-    Mode::Untraced,
-    Mode::Floor,
-    Mode::Default,
-    Mode::TimedAll,
-    Mode::EveryWait,
-    Mode::NoStacks,
-    Mode::NoFsEvents,
-    Mode::Census,
-    Mode::Bpftrace,
-];
+/// Every mode, untraced (the baseline every ratio needs) first.
+fn modes() -> &'static [Mode] {
+    <Mode as clap::ValueEnum>::value_variants()
+}
 
 impl Mode {
-    fn label(self) -> &'static str {
-        match self {
-            Mode::Untraced => "untraced",
-            Mode::Floor => "floor",
-            Mode::Default => "default",
-            Mode::TimedAll => "timed-all",
-            Mode::EveryWait => "all-waits",
-            Mode::NoStacks => "no-stacks",
-            Mode::NoFsEvents => "no-fs-ev",
-            Mode::Census => "census",
-            Mode::Bpftrace => "bpftrace",
-        }
+    fn label(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default()
     }
 
     fn fsprof_args(self) -> Option<&'static [&'static str]> {
@@ -277,13 +265,7 @@ impl Bench {
 }
 
 /// One figure of every sample of (workload, fs, mode), rounds in order.
-fn series(
-    samples: &BTreeMap<(String, String, usize), Vec<Sample>>,
-    w: &str,
-    fs: &str,
-    m: usize,
-    f: fn(&Sample) -> f64,
-) -> Vec<f64> {
+fn series(samples: &Samples, w: &str, fs: &str, m: usize, f: fn(&Sample) -> f64) -> Vec<f64> {
     samples
         .get(&(w.to_string(), fs.to_string(), m))
         .map(|v| v.iter().map(f).collect())
@@ -293,11 +275,7 @@ fn series(
 /// The answer users come for, in every mode: each filesystem's wall over the first's, per
 /// workload (median over rounds of the same round's pair). A profiler that changes it shows
 /// here as a traced ratio that differs from the untraced one.
-fn print_fs_ratios(
-    samples: &BTreeMap<(String, String, usize), Vec<Sample>>,
-    filesystems: &[String],
-    sel: &[usize],
-) {
+fn print_fs_ratios(samples: &Samples, filesystems: &[String], sel: &[usize]) {
     let Some((first, rest)) = filesystems.split_first() else {
         return;
     };
@@ -312,7 +290,7 @@ fn print_fs_ratios(
                 .map(|&m| {
                     let wall = |fs: &str| series(samples, w, fs, m, |s| s.wall);
                     let r = median(paired_ratios(&wall(first), &wall(fs)));
-                    format!("{} {r:.2}", MODES[m].label())
+                    format!("{} {r:.2}", modes()[m].label())
                 })
                 .collect();
             println!("  {w:<5} {fs}/{first}: {}", cells.join(", "));
@@ -322,11 +300,7 @@ fn print_fs_ratios(
 
 /// What user stacks cost in each mode with stacks (median run): unwound in the kernel from
 /// DWARF CFI, so no stack bytes are copied to userspace.
-fn print_unwinder(
-    samples: &BTreeMap<(String, String, usize), Vec<Sample>>,
-    filesystems: &[String],
-    sel: &[usize],
-) {
+fn print_unwinder(samples: &Samples, filesystems: &[String], sel: &[usize]) {
     println!(
         "\nuser stacks (unwound in the kernel, 0 bytes of stack copied to userspace), median run:"
     );
@@ -341,7 +315,7 @@ fn print_unwinder(
                     (n > 0).then(|| {
                         format!(
                             "{} {n} stacks × {:.1} frames, {:.1} µs each",
-                            MODES[m].label(),
+                            modes()[m].label(),
                             frames as f64 / n as f64,
                             ns as f64 / n as f64 / 1e3
                         )
@@ -391,7 +365,7 @@ fn syscall_cost(bench: &Bench, sel: &[usize], runs: usize) -> Result<()> {
     for round in 0..runs {
         for k in 0..sel.len() {
             let m = sel[(k + round) % sel.len()];
-            bench.run_in(MODES[m], &cmd, &bench.files, &comm)?;
+            bench.run_in(modes()[m], &cmd, &bench.files, &comm)?;
             let v: f64 = std::fs::read_to_string(&out)?.trim().parse()?;
             ns.entry(m).or_default().push(v);
         }
@@ -400,7 +374,7 @@ fn syscall_cost(bench: &Bench, sel: &[usize], runs: usize) -> Result<()> {
     let mut line = format!("untraced {base:.0} ns");
     for &m in sel.iter().skip(1) {
         let v = median(ns.get(&m).cloned().unwrap_or_default());
-        line.push_str(&format!(", {} +{:.0} ns", MODES[m].label(), v - base));
+        line.push_str(&format!(", {} +{:.0} ns", modes()[m].label(), v - base));
     }
     println!(
         "\nper syscall (getpid loop, {} M calls, median of {runs}): {line}",
@@ -486,20 +460,54 @@ fn ctx_json(mnt: &Path, src: &Path) -> String {
     )
 }
 
-pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result<()> {
+/// (workload, fs, mode index) → samples.
+type Samples = BTreeMap<(String, String, usize), Vec<Sample>>;
+
+pub fn overhead(runs: usize, filesystems: &[String], wanted: &[Mode]) -> Result<()> {
     // Untraced is the baseline every ratio needs.
     let mut sel = vec![0];
-    for (i, m) in MODES.iter().enumerate().skip(1) {
-        if modes.is_empty() || modes.iter().any(|x| x == m.label()) {
+    for (i, m) in modes().iter().enumerate().skip(1) {
+        if wanted.is_empty() || wanted.contains(m) {
             sel.push(i);
         }
     }
-    for x in modes {
-        if !MODES.iter().any(|m| m.label() == x) {
-            let all: Vec<_> = MODES.iter().map(|m| m.label()).collect();
-            bail!("unknown bench mode {x:?} (modes: {})", all.join(", "));
+    let (tmp, bench, tar) = prepare()?;
+    let _tracefs = Tracefs::ensure()?;
+    let mut samples = Samples::new();
+    for round in 0..runs {
+        for fs in filesystems {
+            for k in 0..sel.len() {
+                let m = sel[(k + round) % sel.len()];
+                let mut record = |w: &str, s: Sample| {
+                    eprintln!(
+                        "bench: round {} {fs} {w} {}: {:.2}s wall, {:.2}s sys{}",
+                        round + 1,
+                        modes()[m].label(),
+                        s.wall,
+                        s.sys,
+                        s.probe_ns
+                            .map(|n| format!(", probes {:.1} ms", n as f64 / 1e6))
+                            .unwrap_or_default()
+                    );
+                    let key = (w.to_string(), fs.clone(), m);
+                    samples.entry(key).or_default().push(s);
+                };
+                bench.workloads(modes()[m], fs, &tar, &mut record)?;
+            }
         }
     }
+    print_ratios(&samples, runs, filesystems, &sel);
+    print_fs_ratios(&samples, filesystems, &sel);
+    print_programs(&samples, filesystems);
+    print_unwinder(&samples, filesystems, &sel);
+    syscall_cost(&bench, &sel, runs)?;
+    startup(&bench.fsprof, &bench.files, runs)?;
+    drop(tmp);
+    Ok(())
+}
+
+/// Builds fsprof, mounts the bench's tmpfs and unpacks the kernel tarball into it.
+fn prepare() -> Result<(Tmpfs, Bench, PathBuf)> {
     setup::ensure()?;
     setup::apt_install(&["linux-source-6.1", "bpftrace"])?;
     run(
@@ -520,68 +528,52 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
         tarball.display(),
         tar.display()
     )))?;
-    let _tracefs = Tracefs::ensure()?;
-    let bench = Bench {
-        fsprof: fsprof.clone(),
-        files: files.clone(),
-    };
+    Ok((tmp, Bench { fsprof, files }, tar))
+}
 
-    // (workload, fs, mode) → samples
-    let mut samples: BTreeMap<(String, String, usize), Vec<Sample>> = BTreeMap::new();
-    for round in 0..runs {
-        for fs in filesystems {
-            for k in 0..sel.len() {
-                let m = sel[(k + round) % sel.len()];
-                let mode = MODES[m];
-                let lab = Lab::new(fs)?;
-                let mnt = lab.mnt.clone();
-                let mut record = |w: &str, s: Sample| {
-                    eprintln!(
-                        "bench: round {} {fs} {w} {}: {:.2}s wall, {:.2}s sys{}",
-                        round + 1,
-                        mode.label(),
-                        s.wall,
-                        s.sys,
-                        s.probe_ns
-                            .map(|n| format!(", probes {:.1} ms", n as f64 / 1e6))
-                            .unwrap_or_default()
-                    );
-                    samples
-                        .entry((w.to_string(), fs.clone(), m))
-                        .or_default()
-                        .push(s);
-                };
-                drop_caches()?;
-                let untar = vec![
-                    "tar".into(),
-                    "xf".into(),
-                    tar.display().to_string(),
-                    "-C".into(),
-                    mnt.display().to_string(),
-                ];
-                record("untar", bench.measure(mode, &untar, &mnt, "tar")?);
-                drop_caches()?;
-                let tree = std::fs::read_dir(&mnt)?
-                    .flatten()
-                    .find(|e| e.file_name().to_string_lossy().starts_with("linux"))
-                    .context("no tree after tar")?
-                    .path();
-                let rm = vec!["rm".into(), "-rf".into(), tree.display().to_string()];
-                record("rm", bench.measure(mode, &rm, &mnt, "rm")?);
-                drop_caches()?;
-                let db = vec![
-                    fsprof.display().to_string(),
-                    "workload".into(),
-                    "db".into(),
-                    "--ctx".into(),
-                    ctx_json(&mnt, &files),
-                ];
-                record("db", bench.measure(mode, &db, &mnt, "db")?);
-                drop(lab);
-            }
-        }
+impl Bench {
+    /// untar, rm and db on a fresh `fs` in `mode`, each sample handed to `record`.
+    fn workloads(
+        &self,
+        mode: Mode,
+        fs: &str,
+        tar: &Path,
+        record: &mut dyn FnMut(&str, Sample),
+    ) -> Result<()> {
+        let lab = Lab::new(fs)?;
+        let mnt = lab.mnt.clone();
+        drop_caches()?;
+        let untar = vec![
+            "tar".into(),
+            "xf".into(),
+            tar.display().to_string(),
+            "-C".into(),
+            mnt.display().to_string(),
+        ];
+        record("untar", self.measure(mode, &untar, &mnt, "tar")?);
+        drop_caches()?;
+        let tree = std::fs::read_dir(&mnt)?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with("linux"))
+            .context("no tree after tar")?
+            .path();
+        let rm = vec!["rm".into(), "-rf".into(), tree.display().to_string()];
+        record("rm", self.measure(mode, &rm, &mnt, "rm")?);
+        drop_caches()?;
+        let db = vec![
+            self.fsprof.display().to_string(),
+            "workload".into(),
+            "db".into(),
+            "--ctx".into(),
+            ctx_json(&mnt, &self.files),
+        ];
+        record("db", self.measure(mode, &db, &mnt, "db")?);
+        Ok(())
     }
+}
 
+/// The ratio table: traced / untraced of the same round, and the probes' share of wall.
+fn print_ratios(samples: &Samples, runs: usize, filesystems: &[String], sel: &[usize]) {
     println!(
         "\nfsprof overhead on real filesystems (loop device, direct I/O), {runs} rounds; GNU time \
          inside the trace"
@@ -597,20 +589,20 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
          kernel measured in 20 ms of every 200), as a share of the untraced median wall"
     );
     let mut header = format!("{:<6} {:<5} {:<6}", "work", "fs", "");
-    for &m in &sel {
-        header.push_str(&format!(" {:>21}", MODES[m].label()));
+    for &m in sel {
+        header.push_str(&format!(" {:>21}", modes()[m].label()));
     }
     println!("{header}");
     for w in WORKLOADS {
         for fs in filesystems {
-            let series = |m: usize, f: fn(&Sample) -> f64| series(&samples, w, fs, m, f);
+            let series = |m: usize, f: fn(&Sample) -> f64| series(samples, w, fs, m, f);
             for (what, f) in [
                 ("wall", (|s: &Sample| s.wall) as fn(&Sample) -> f64),
                 ("sys", |s: &Sample| s.sys),
             ] {
                 let base = series(0, f);
                 let mut line = format!("{w:<6} {fs:<5} {what:<6}");
-                for &m in &sel {
+                for &m in sel {
                     if m == 0 {
                         line.push_str(&format!(" {:>20.2}s", median(base.clone())));
                         continue;
@@ -622,7 +614,7 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
             }
             let wall = median(series(0, |s| s.wall));
             let mut line = format!("{w:<6} {fs:<5} {:<6}", "probes");
-            for &m in &sel {
+            for &m in sel {
                 let ns = series(m, |s| s.probe_ns.map_or(f64::NAN, |n| n as f64));
                 let cell = if ns.iter().all(|n| n.is_nan()) {
                     "—".to_string()
@@ -634,11 +626,15 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
             println!("{line}");
         }
     }
-    print_fs_ratios(&samples, filesystems, &sel);
+}
+
+/// fsprof's own kernel time per program in the default mode (the median run).
+fn print_programs(samples: &Samples, filesystems: &[String]) {
+    let default = modes().iter().position(|&m| m == Mode::Default);
     println!("\nfsprof's own kernel time in the default mode (median run), per program:");
     for w in WORKLOADS {
         for fs in filesystems {
-            let Some(v) = samples.get(&(w.to_string(), fs.clone(), 2)) else {
+            let Some(v) = default.and_then(|d| samples.get(&(w.to_string(), fs.clone(), d))) else {
                 continue;
             };
             let mut v = v.clone();
@@ -664,21 +660,39 @@ pub fn overhead(runs: usize, filesystems: &[String], modes: &[String]) -> Result
             );
         }
     }
-    print_unwinder(&samples, filesystems, &sel);
-    syscall_cost(&bench, &sel, runs)?;
-    let mut startup = Vec::new();
+}
+
+/// `fsprof trace -- true` end to end, and fsprof's own phases inside it (its JSON's
+/// `own_time_ns`); the rest is process start, output and tear-down.
+fn startup(fsprof: &Path, files: &Path, runs: usize) -> Result<()> {
+    let json = files.join("startup.json");
+    let (mut total, mut phases) = (Vec::new(), BTreeMap::<String, Vec<f64>>::new());
     for _ in 0..runs {
         let t = Instant::now();
-        run(Command::new(&fsprof)
+        run(Command::new(fsprof)
             .args(["trace", "--flames"])
             .arg(files.join("flames"))
+            .arg("--json")
+            .arg(&json)
             .args(["--", "true"])
             .stderr(Stdio::null()))?;
-        startup.push(t.elapsed().as_secs_f64());
+        total.push(t.elapsed().as_secs_f64());
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json)?)?;
+        for (phase, ns) in v["own_time_ns"].as_object().into_iter().flatten() {
+            let s = ns.as_f64().unwrap_or(0.0) / 1e9;
+            phases.entry(phase.clone()).or_default().push(s);
+        }
     }
+    let inside: f64 = phases.values().map(|v| median(v.clone())).sum();
+    let total = median(total);
+    let parts: Vec<String> = phases
+        .into_iter()
+        .map(|(p, v)| format!("{p} {:.3}", median(v)))
+        .chain([format!("rest {:.3}", (total - inside).max(0.0))])
+        .collect();
     println!(
-        "\nstart-up and tear-down: fsprof trace -- true {:.3}s (median of {runs})",
-        median(startup)
+        "\nstart-up and tear-down: fsprof trace -- true {total:.3}s (median of {runs}: {})",
+        parts.join(", ")
     );
     Ok(())
 }

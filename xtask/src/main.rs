@@ -36,8 +36,8 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', default_value = "ext4,xfs")]
         fs: Vec<String>,
         /// Modes to measure besides untraced (default: all), e.g. floor,default.
-        #[arg(long, value_delimiter = ',')]
-        modes: Vec<String>,
+        #[arg(long, value_delimiter = ',', value_enum)]
+        modes: Vec<bench::Mode>,
     },
     /// Calibrate `fsprof compare`: rounds of A, B, A runs; prints the false flags of the A/A
     /// pairs, what the A/B pairs flag, and the power to find an injected wall-time change.

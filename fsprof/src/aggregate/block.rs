@@ -1,9 +1,10 @@
 //! Block I/O per device and request class, from the block probes (fsprof-ebpf `block`):
 //! requests, bytes, sizes and latencies, and the requests whose completion was not seen.
 
+use fsprof_common::MapName;
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use aya::maps::{HashMap, Map, PerCpuArray, PerCpuHashMap};
 use fsprof_common::{
     BLOCK_CLASSES, BlockClass, BlockKey, BlockStats, HistKind, MAX_INFLIGHT_SLOTS, RequestTimes,
@@ -104,14 +105,14 @@ fn stats(probes: &Probes) -> Result<BTreeMap<(u32, u32), BlockStats>> {
     let ebpf = &probes.ebpf;
     let mut blocks: BTreeMap<(u32, u32), BlockStats> = BTreeMap::new();
     let hashed: PerCpuHashMap<_, BlockKey, BlockStats> =
-        PerCpuHashMap::try_from(ebpf.map("BLOCK").context("BLOCK map")?)?;
+        PerCpuHashMap::try_from(crate::probes::map(ebpf, MapName::Block)?)?;
     for item in hashed.iter() {
         let (k, v) = item?;
         let e = blocks.entry((k.dev, k.class)).or_default();
         *e = add(*e, &sum(&v, add));
     }
     let slotted: PerCpuArray<_, BlockStats> =
-        PerCpuArray::try_from(ebpf.map("BLOCK_SLOTS").context("BLOCK_SLOTS map")?)?;
+        PerCpuArray::try_from(crate::probes::map(ebpf, MapName::BlockSlots)?)?;
     for (slot, &dev) in probes.dense.slots.iter().enumerate() {
         for class in 0..BLOCK_CLASSES {
             let s = sum(
@@ -130,16 +131,16 @@ fn stats(probes: &Probes) -> Result<BTreeMap<(u32, u32), BlockStats>> {
 /// Requests issued during the trace that are still in the in-flight tables: their
 /// completion has not been seen.
 fn unfinished(probes: &Probes) -> Result<Vec<RequestTimes>> {
-    let Some(Map::Array(inflight)) = probes.ebpf.map("INFLIGHT") else {
-        bail!("INFLIGHT map");
+    let Map::Array(inflight) = crate::probes::map(&probes.ebpf, MapName::Inflight)? else {
+        bail!("{} is not an array map", MapName::Inflight.name());
     };
     let mut out: Vec<RequestTimes> =
-        mmapped::read::<RequestTimes>(inflight, "INFLIGHT", MAX_INFLIGHT_SLOTS)?
+        mmapped::read::<RequestTimes>(inflight, MapName::Inflight.name(), MAX_INFLIGHT_SLOTS)?
             .into_iter()
             .filter(|t| t.rq != 0)
             .collect();
     let hashed: HashMap<_, u64, RequestTimes> =
-        HashMap::try_from(probes.ebpf.map("REQUESTS").context("REQUESTS map")?)?;
+        HashMap::try_from(crate::probes::map(&probes.ebpf, MapName::Requests)?)?;
     // A failed read is an error, not a request quietly left out of `unseen`.
     for item in hashed.iter() {
         out.push(item?.1);

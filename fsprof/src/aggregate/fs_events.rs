@@ -1,7 +1,8 @@
 //! Counts of the filesystem's own tracepoints and latencies of their begin/end pairs.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use aya::maps::PerCpuArray;
+use fsprof_common::MapName;
 use fsprof_common::{HistKind, TimeStats, kdev};
 use serde::{Deserialize, Serialize};
 
@@ -94,7 +95,7 @@ pub fn collect(
     };
     let ebpf = &probes.ebpf;
     let counts: PerCpuArray<_, u64> =
-        PerCpuArray::try_from(ebpf.map("FS_COUNTS").context("FS_COUNTS map")?)?;
+        PerCpuArray::try_from(crate::probes::map(ebpf, MapName::FsCounts)?)?;
     let mut out = FsEventsProfile {
         subsystems: att.subsystems.clone(),
         attached: att.attached(),
@@ -116,7 +117,7 @@ pub fn collect(
     out.events
         .sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
     let pairs: PerCpuArray<_, TimeStats> =
-        PerCpuArray::try_from(ebpf.map("FS_PAIRS").context("FS_PAIRS map")?)?;
+        PerCpuArray::try_from(crate::probes::map(ebpf, MapName::FsPairs)?)?;
     for (id, name) in &att.pairs {
         let (count, total) = pairs
             .get(id, 0)?

@@ -1,9 +1,10 @@
 //! fsprof's own kernel-side cost: how often each of its programs ran (their own counters)
 //! and for how long (the kernel's BPF run-time statistics, on in windows: see
-//! `probes::cost_windows`).
+//! `probes::probe_cost`).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use aya::maps::PerCpuArray;
+use fsprof_common::MapName;
 use fsprof_common::Program;
 use serde::{Deserialize, Serialize};
 
@@ -81,12 +82,8 @@ pub fn collect(probes: &Probes) -> Result<Option<ProbeCost>> {
     let Some(windows) = probes.finish_cost_windows() else {
         return Ok(None);
     };
-    let counts: PerCpuArray<_, u64> = PerCpuArray::try_from(
-        probes
-            .ebpf
-            .map("PROGRAM_RUNS")
-            .context("PROGRAM_RUNS map")?,
-    )?;
+    let counts: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(crate::probes::map(&probes.ebpf, MapName::ProgramRuns)?)?;
     let mut cost = ProbeCost {
         measured_share: match windows.elapsed.as_secs_f64() {
             e if e > 0.0 => (windows.on.as_secs_f64() / e).min(1.0),

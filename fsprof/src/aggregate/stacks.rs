@@ -2,9 +2,10 @@
 //! the target (on-CPU samples, exact off-CPU intervals) and for kernel threads doing the
 //! filesystem's background work.
 
+use fsprof_common::MapName;
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap};
 use fsprof_common::{
     Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserStackKey, WakeKey, Weight, WeightKey,
@@ -339,9 +340,8 @@ fn nonzero(frames: &[u64]) -> Vec<u64> {
 }
 
 /// A map of key → id, turned around.
-fn by_id<K: aya::Pod>(ebpf: &aya::Ebpf, name: &str) -> Result<StdHashMap<u32, K>> {
-    let ids: HashMap<_, K, u32> =
-        HashMap::try_from(ebpf.map(name).with_context(|| format!("{name} map"))?)?;
+fn by_id<K: aya::Pod>(ebpf: &aya::Ebpf, m: MapName) -> Result<StdHashMap<u32, K>> {
+    let ids: HashMap<_, K, u32> = HashMap::try_from(crate::probes::map(ebpf, m)?)?;
     let mut out = StdHashMap::new();
     for item in ids.iter() {
         let (k, id) = item?;
@@ -399,25 +399,13 @@ pub type OpenInterval = (u32, u32, u64);
 
 /// Reads and symbolizes every stack weight. `dev_name` (e.g. "loop0") narrows the
 /// background threads that carry a device in their name (jbd2/loop0-8) to that device.
-pub fn collect(
-    probes: &Probes,
+/// Weight (ns, count) per (stack, class), the open intervals added.
+fn read_weights(
+    ebpf: &aya::Ebpf,
     open: &[OpenInterval],
-    dev_name: Option<&str>,
-) -> Result<Option<Stacks>> {
-    let Some(period) = probes.sample_period_ns else {
-        return Ok(None);
-    };
-    let ebpf = &probes.ebpf;
-    let keys: StdHashMap<u32, StackKey> = by_id(ebpf, "STACK_IDS")?;
-    let user_stacks: StdHashMap<u32, UserStackKey> = by_id(ebpf, "USER_STACK_IDS")?;
-    let mappings: StdHashMap<ImageKey, ProcessMappings> = {
-        let m: HashMap<_, ImageKey, ProcessMappings> =
-            HashMap::try_from(ebpf.map("USER_MAPPINGS").context("USER_MAPPINGS map")?)?;
-        m.iter().collect::<Result<_, _>>()?
-    };
-    let files = probes.unwind_files();
+) -> Result<BTreeMap<(u32, u32), (u64, u64)>> {
     let weights: PerCpuHashMap<_, WeightKey, Weight> =
-        PerCpuHashMap::try_from(ebpf.map("STACK_WEIGHTS").context("STACK_WEIGHTS map")?)?;
+        PerCpuHashMap::try_from(crate::probes::map(ebpf, MapName::StackWeights)?)?;
     let mut w: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     for item in weights.iter() {
         let (k, v) = item?;
@@ -432,15 +420,13 @@ pub fn collect(
         e.0 += ns;
         e.1 += 1;
     }
+    Ok(w)
+}
 
-    let mut stacks = Stacks {
-        sample_period_ns: period,
-        off_cpu_period_ns: probes.off_cpu_period_ns,
-        distinct: keys.len() as u64,
-        ..Default::default()
-    };
+/// The unwinder's work and the capture problems, from the event counters.
+fn read_counters(ebpf: &aya::Ebpf, stacks: &mut Stacks) -> Result<()> {
     let events: PerCpuArray<_, u64> =
-        PerCpuArray::try_from(ebpf.map("EVENTS").context("EVENTS map")?)?;
+        PerCpuArray::try_from(crate::probes::map(ebpf, MapName::Events)?)?;
     let total = |c: Counter| -> Result<u64> { Ok(events.get(&(c as u32), 0)?.iter().sum()) };
     stacks.unwinder = (
         total(Counter::UserStacksUnwound)?,
@@ -460,13 +446,13 @@ pub fn collect(
             stacks.problems.insert(c.name().to_string(), n);
         }
     }
+    Ok(())
+}
 
-    let programs: Vec<String> = ebpf
-        .programs()
-        .map(|(name, _)| name.chars().take(15).collect())
-        .collect();
+/// (wake edge, ns, count) summed over CPUs.
+fn read_wakes(ebpf: &aya::Ebpf) -> Result<Vec<(WakeKey, u64, u64)>> {
     let wake_weights: PerCpuHashMap<_, WakeKey, Weight> =
-        PerCpuHashMap::try_from(ebpf.map("WAKE_WEIGHTS").context("WAKE_WEIGHTS map")?)?;
+        PerCpuHashMap::try_from(crate::probes::map(ebpf, MapName::WakeWeights)?)?;
     let mut wakes: Vec<(WakeKey, u64, u64)> = Vec::new();
     for item in wake_weights.iter() {
         let (k, v) = item?;
@@ -476,6 +462,67 @@ pub fn collect(
             v.iter().map(|x| x.count).sum(),
         ));
     }
+    Ok(wakes)
+}
+
+/// Files a resolved stack as the target's, background work (a kernel thread's for the
+/// filesystem, or a userspace daemon's: FUSE), or unattributed background time.
+fn place(
+    stacks: &mut Stacks,
+    mut s: WeightedStack,
+    who: Option<&Resolved>,
+    dev_name: Option<&str>,
+) {
+    let ns = s.ns;
+    let class = s.class;
+    // A userspace daemon's samples (FUSE) are background work by who it is.
+    let daemon = who.is_some_and(|r| !r.kthread);
+    if class == STACK_CLASS_BACKGROUND && daemon {
+        s.group = Some(format!("fs daemon ({})", s.comm));
+        stacks.background.push(s);
+    } else if class == STACK_CLASS_BACKGROUND {
+        match background::classify(&s.comm, &s.kernel, dev_name) {
+            Some(g) => {
+                s.group = Some(g);
+                stacks.background.push(s);
+            }
+            None => stacks.unattributed_background_ns += ns,
+        }
+    } else {
+        stacks.target.push(s);
+    }
+}
+
+pub fn collect(
+    probes: &Probes,
+    open: &[OpenInterval],
+    dev_name: Option<&str>,
+) -> Result<Option<Stacks>> {
+    let Some(period) = probes.sample_period_ns else {
+        return Ok(None);
+    };
+    let ebpf = &probes.ebpf;
+    let keys: StdHashMap<u32, StackKey> = by_id(ebpf, MapName::StackIds)?;
+    let user_stacks: StdHashMap<u32, UserStackKey> = by_id(ebpf, MapName::UserStackIds)?;
+    let mappings: StdHashMap<ImageKey, ProcessMappings> = {
+        let m: HashMap<_, ImageKey, ProcessMappings> =
+            HashMap::try_from(crate::probes::map(ebpf, MapName::UserMappings)?)?;
+        m.iter().collect::<Result<_, _>>()?
+    };
+    let files = probes.unwind_files();
+    let w = read_weights(ebpf, open)?;
+    let mut stacks = Stacks {
+        sample_period_ns: period,
+        off_cpu_period_ns: probes.off_cpu_period_ns,
+        distinct: keys.len() as u64,
+        ..Default::default()
+    };
+    read_counters(ebpf, &mut stacks)?;
+    let programs: Vec<String> = ebpf
+        .programs()
+        .map(|(name, _)| name.chars().take(15).collect())
+        .collect();
+    let wakes = read_wakes(ebpf)?;
     symbols::with(|syms| {
         syms.know_files(&files);
         // A stack id → who and where (frames root first), symbolized once per use.
@@ -516,22 +563,7 @@ pub fn collect(
                 }
                 None => s.comm = "[stack unavailable]".to_string(),
             }
-            // A userspace daemon's samples (FUSE) are background work by who it is.
-            let daemon = who.as_ref().is_some_and(|r| !r.kthread);
-            if class == STACK_CLASS_BACKGROUND && daemon {
-                s.group = Some(format!("fs daemon ({})", s.comm));
-                stacks.background.push(s);
-            } else if class == STACK_CLASS_BACKGROUND {
-                match background::classify(&s.comm, &s.kernel, dev_name) {
-                    Some(g) => {
-                        s.group = Some(g);
-                        stacks.background.push(s);
-                    }
-                    None => stacks.unattributed_background_ns += ns,
-                }
-            } else {
-                stacks.target.push(s);
-            }
+            place(&mut stacks, s, who.as_ref(), dev_name);
         }
         for (k, ns, count) in wakes {
             let blocked = resolve(k.blocked, false).unwrap_or_default();

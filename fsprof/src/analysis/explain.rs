@@ -482,10 +482,10 @@ fn shown_floor(wall_diff: i128) -> i128 {
     (wall_diff.abs() / 50).max(1_000_000)
 }
 
+/// `a` against `b` (the base) on `step`, one sentence a line: the wall and its verdict, then
+/// what grew and shrank, largest first, leaving out changes below the shown floor.
 fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
-    let mut out = Vec::new();
     // b is the base: compare's rule over this cell pair's figures.
-    let rule = Rule::default();
     let cmp = judge_cells(
         &[CellPair {
             fs: a.fs.to_string(),
@@ -493,13 +493,25 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
             base: b.runs.clone(),
             new: a.runs.clone(),
         }],
-        &rule,
+        &Rule::default(),
     );
     let verdict = |metric: &str| row(&cmp, metric).map(judged);
+    let floor = shown_floor(a.wall() as i128 - b.wall() as i128);
+    let mut out = vec![headline(a, b, step, verdict("wall"))];
+    out.extend(time_classes(a, b, floor, &verdict));
+    out.extend(waits(a, b, floor));
+    out.extend(background(a, b));
+    out.extend(syscalls(a, b, floor));
+    out.extend(paths(a, b, floor));
+    out.extend(contrast_and_block(a, b));
+    out
+}
+
+/// "{step}: a took …, b took …: +d (+p %), verdict."
+fn headline(a: &Cell, b: &Cell, step: &str, wall_verdict: Option<String>) -> String {
     let (wa, wb) = (a.wall(), b.wall());
     let d = wa as i128 - wb as i128;
-    let floor = shown_floor(d);
-    out.push(format!(
+    format!(
         "{step}: {} took {}, {} took {}: {} ({:+.0} %){}.",
         a.fs,
         seconds(wa),
@@ -511,10 +523,18 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
         } else {
             0.0
         },
-        verdict("wall")
-            .map(|v| format!(", {v}"))
-            .unwrap_or_default()
-    ));
+        wall_verdict.map(|v| format!(", {v}")).unwrap_or_default()
+    )
+}
+
+/// The time classes that grew (with their verdicts) and shrank.
+fn time_classes(
+    a: &Cell,
+    b: &Cell,
+    floor: i128,
+    verdict: &dyn Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    let mut out = Vec::new();
     let (ca, cb) = (a.classes(), b.classes());
     let mut deltas: Vec<(&str, u64, u64)> = ca
         .iter()
@@ -546,6 +566,12 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
     if !shrank.is_empty() {
         out.push(format!("Time that shrank: {}.", shrank.join(", ")));
     }
+    out
+}
+
+/// The waits that grew, by what ended them, and the top wake of `a`.
+fn waits(a: &Cell, b: &Cell, floor: i128) -> Vec<String> {
+    let mut out = Vec::new();
     let (wfa, wfb) = (a.waited_for(), b.waited_for());
     let of = |v: &[(String, u64)], n: &str| v.iter().find(|(w, _)| w == n).map_or(0, |x| x.1);
     let mut names: Vec<&String> = wfa.iter().chain(&wfb).map(|(n, _)| n).collect();
@@ -579,17 +605,26 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
             out.push(format!("On {}, {t}.", a.fs));
         }
     }
+    out
+}
+
+/// The kernel's background work for the filesystem on each side.
+fn background(a: &Cell, b: &Cell) -> Option<String> {
     let (ba, bb) = (a.background(), b.background());
-    if ba > 0 || bb > 0 {
-        out.push(format!(
+    (ba > 0 || bb > 0).then(|| {
+        format!(
             "Kernel background work for the filesystem: {} on {} ({}) vs {} on {}.",
             seconds(ba),
             a.fs,
             a.background_classes(),
             seconds(bb),
             b.fs
-        ));
-    }
+        )
+    })
+}
+
+/// The syscalls whose total time grew most.
+fn syscalls(a: &Cell, b: &Cell, floor: i128) -> Option<String> {
     let (sa, sb) = (a.syscalls(), b.syscalls());
     // (syscall, total ns grown, (count, total) on a, on b)
     type Grown = (String, i128, (u64, u64), (u64, u64));
@@ -616,13 +651,18 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
             )
         })
         .collect();
-    if !calls.is_empty() {
-        out.push(format!(
+    (!calls.is_empty()).then(|| {
+        format!(
             "Syscalls that took longer on {}: {}.",
             a.fs,
             calls.join("; ")
-        ));
-    }
+        )
+    })
+}
+
+/// The off-CPU and on-CPU stack paths that grew most.
+fn paths(a: &Cell, b: &Cell, floor: i128) -> Vec<String> {
+    let mut out = Vec::new();
     for (off, what) in [
         (true, "Kernel paths that waited longer"),
         (false, "On-CPU paths that grew"),
@@ -659,6 +699,12 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
             out.push(format!("{what} on {}: {}.", a.fs, items.join("; ")));
         }
     }
+    out
+}
+
+/// The base's longest wait, and the block requests that differ.
+fn contrast_and_block(a: &Cell, b: &Cell) -> Vec<String> {
+    let mut out = Vec::new();
     let top_b = top_paths(b, true, 1);
     if let Some(t) = top_b.first() {
         out.push(format!("For contrast, {}'s longest wait: {t}.", b.fs));

@@ -195,8 +195,16 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
     let Some(first) = runs.first() else {
         return out;
     };
-    // What the off-CPU time waited for (needs stacks), where it is 1 % of wall or more;
-    // waiting for a CPU is the run-queue class under another name.
+    out.extend(waited_for_metrics(runs, first));
+    out.extend(syscall_metrics(runs, first));
+    out.extend(block_metrics(runs, first));
+    out
+}
+
+/// What the off-CPU time waited for (needs stacks), where it is 1 % of wall or more;
+/// waiting for a CPU is the run-queue class under another name.
+fn waited_for_metrics(runs: &[&StepRun], first: &StepRun) -> Vec<Metric> {
+    let mut out = Vec::new();
     for (what, _) in waited_for_medians(runs) {
         if what == RUN_QUEUE_WAKER {
             continue;
@@ -214,6 +222,12 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
             });
         }
     }
+    out
+}
+
+/// p50 and p99 latency of each syscall that took 1 % of the cell's wall or more.
+fn syscall_metrics(runs: &[&StepRun], first: &StepRun) -> Vec<Metric> {
+    let mut out = Vec::new();
     for sc in &first.trace.profile.syscalls {
         // Only calls that matter to the cell: 1 % of its wall time or more.
         if (sc.total_ns as f64) < 0.01 * first.trace.wall_ns as f64 {
@@ -236,6 +250,12 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
             }
         }
     }
+    out
+}
+
+/// Device-latency p99 of each block class.
+fn block_metrics(runs: &[&StepRun], first: &StepRun) -> Vec<Metric> {
+    let mut out = Vec::new();
     for b in &first.trace.profile.block {
         let values: Option<Vec<f64>> = runs
             .iter()

@@ -1,24 +1,25 @@
-//! Plain statistics over passes: mean, median, and Benjamini–Hochberg q-values over a family
-//! of tests.
+//! Plain statistics over passes (statrs, with 0 for no values, as the tables print it), and
+//! Benjamini–Hochberg q-values over a family of tests.
+
+use statrs::statistics::{Data, Median, Statistics};
 
 pub fn mean(v: &[f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
-    v.iter().sum::<f64>() / v.len() as f64
+    v.mean()
 }
 
-/// Median of integer figures (0 for none): what the tables print over passes.
 /// The median of real values (0 for none).
-pub fn median_f64(mut v: Vec<f64>) -> f64 {
-    v.sort_unstable_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+pub fn median_f64(v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
     }
+    Data::new(v).median()
 }
 
+/// Median of integer figures (0 for none), kept integral: what the tables print over
+/// passes.
 pub fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     match v.len() {

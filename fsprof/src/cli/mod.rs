@@ -9,7 +9,10 @@ mod trace_cmd;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, error::ErrorKind};
+use clap::{
+    Parser, Subcommand,
+    error::{ContextKind, ContextValue, ErrorKind},
+};
 
 use crate::{lab, vm, workload};
 
@@ -166,14 +169,10 @@ pub fn main() -> ExitCode {
         Err(e) => {
             // clap's first line says what is wrong; keep the choices, drop the usage.
             let text = e.render().to_string();
-            let mut lines = text.lines();
-            let first = lines.next().unwrap_or_default();
+            let first = text.lines().next().unwrap_or_default();
             let mut msg = first.strip_prefix("error: ").unwrap_or(first).to_string();
-            if let Some(values) = lines
-                .map(str::trim)
-                .find(|l| l.starts_with("[possible values"))
-            {
-                msg = format!("{msg} {values}");
+            if let Some(ContextValue::Strings(values)) = e.get(ContextKind::ValidValue) {
+                msg = format!("{msg} [possible values: {}]", values.join(", "));
             }
             return fail(&msg);
         }

@@ -25,6 +25,17 @@ pub fn load(path: &Path) -> Result<&'static Btf> {
     .map_err(|e| anyhow!("{e}"))
 }
 
+/// aya's own parse of the running kernel's BTF, which attaching a BTF tracepoint needs: one
+/// parse for all of them (each took ~30 ms).
+pub fn aya_kernel() -> Result<&'static aya::Btf> {
+    static BTF: OnceLock<Result<aya::Btf, String>> = OnceLock::new();
+    BTF.get_or_init(|| {
+        aya::Btf::from_sys_fs().map_err(|e| format!("reading the kernel's BTF: {e}"))
+    })
+    .as_ref()
+    .map_err(|e| anyhow!("{e}"))
+}
+
 /// Bit offset and bitfield size (None for a plain member) of a field.
 pub struct Field {
     pub bit_offset: u32,

@@ -5,6 +5,8 @@
 //! arguments are looked up in BTF: the first pointer from which a chain of members leads to
 //! a superblock's dev_t gives the device filter.
 
+use fsprof_common::MapName;
+use fsprof_common::Program;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use anyhow::{Context, Result, bail};
@@ -317,14 +319,12 @@ fn select(target: &FsTarget) -> Result<(Vec<String>, Vec<Event>)> {
 /// Attaches program `prog` to every event, event i with cookie i.
 fn attach_all(
     ebpf: &mut Ebpf,
-    prog: &str,
+    p: Program,
     events: &[Event],
     out: &mut FsEventsAttached,
 ) -> Result<()> {
-    let program: &mut RawTracePoint = ebpf
-        .program_mut(prog)
-        .with_context(|| format!("program {prog} missing from the eBPF object"))?
-        .try_into()?;
+    let prog = p.name();
+    let program: &mut RawTracePoint = super::program_mut(ebpf, p)?.try_into()?;
     if program.fd().is_err() {
         program.load().with_context(|| format!("loading {prog}"))?;
     }
@@ -352,7 +352,7 @@ pub fn attach_floor(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttach
         census: target.census,
         ..Default::default()
     };
-    attach_all(ebpf, "floor_tp", &events, &mut out)?;
+    attach_all(ebpf, Program::FloorTp, &events, &mut out)?;
     Ok(out)
 }
 
@@ -417,19 +417,19 @@ pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
     }
     {
         let mut map: Array<_, FsEventCfg> =
-            Array::try_from(ebpf.map_mut("FS_EVENT_CFG").context("FS_EVENT_CFG map")?)?;
+            Array::try_from(crate::probes::map_mut(ebpf, MapName::FsEventCfg)?)?;
         for (i, cfg) in cfgs.iter().enumerate() {
             map.set(i as u32, cfg, 0)?;
         }
     }
     {
         let mut devs: HashMap<_, u32, u8> =
-            HashMap::try_from(ebpf.map_mut("FS_DEVS").context("FS_DEVS map")?)?;
+            HashMap::try_from(crate::probes::map_mut(ebpf, MapName::FsDevs)?)?;
         for dev in &target.devs {
             devs.insert(dev, 1, 0)?;
         }
     }
-    attach_all(ebpf, "fs_event", &events, &mut out)?;
+    attach_all(ebpf, Program::FsEvent, &events, &mut out)?;
     Ok(out)
 }
 
@@ -438,7 +438,7 @@ pub fn watched_devs(ebpf: &Ebpf, fixed: Option<u32>) -> Result<Vec<u32>> {
     if let Some(d) = fixed {
         return Ok(vec![d]);
     }
-    let devs: HashMap<_, u32, u8> = HashMap::try_from(ebpf.map("FS_DEVS").context("FS_DEVS map")?)?;
+    let devs: HashMap<_, u32, u8> = HashMap::try_from(crate::probes::map(ebpf, MapName::FsDevs)?)?;
     let mut v: Vec<u32> = devs.keys().filter_map(|k| k.ok()).collect();
     v.sort();
     Ok(v)

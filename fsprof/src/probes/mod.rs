@@ -1,15 +1,16 @@
 //! Loading and attaching the eBPF programs, and telling them whom to follow.
 
 pub mod btf;
-pub mod cost_windows;
 pub mod dense;
 pub mod fs_events;
 pub mod mmapped;
 pub mod offsets;
+pub mod probe_cost;
 pub mod raw_tracepoint;
 pub mod tracefs;
 pub mod unwind;
 
+use fsprof_common::MapName;
 use std::{
     os::fd::{AsFd, AsRawFd, OwnedFd},
     path::{Path, PathBuf},
@@ -24,37 +25,36 @@ use aya::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
-use cost_windows::CostWindows;
-use fsprof_common::{TaskState, TimeClass, unwind::FileKey};
+use fsprof_common::{ProbeConfig, Program, TaskState, TimeClass, unwind::FileKey};
+use probe_cost::CostWindows;
 
-pub use cost_windows::CostSampling;
 pub use fs_events::FsTarget;
+pub use probe_cost::CostSampling;
 
 /// The eBPF object built by build.rs from the fsprof-ebpf crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fsprof-probes"));
 
-/// Program names equal their tracepoint names.
-const REQUIRED: &[&str] = &[
-    "sys_enter",
-    "sys_exit",
-    "sched_switch",
-    "sched_waking",
-    "sched_process_fork",
-    "sched_process_exec",
-    "block_rq_issue",
-    "block_rq_complete",
+/// Programs attached to the tracepoint of their name.
+const REQUIRED: &[Program] = &[
+    Program::SysEnter,
+    Program::SysExit,
+    Program::SchedSwitch,
+    Program::SchedWaking,
+    Program::SchedProcessFork,
+    Program::SchedProcessExec,
+    Program::BlockRqIssue,
+    Program::BlockRqComplete,
 ];
-/// Of those, the ones attached as BTF tracepoints (typed arguments for helpers).
-const BTF_TRACEPOINTS: &[&str] = &[
-    "sched_switch",
-    "sched_waking",
-    "block_rq_issue",
-    "block_rq_complete",
-    "block_rq_requeue",
-];
-
 /// Missing ones degrade a figure (requeue handling) but not the run.
-const OPTIONAL: &[&str] = &["block_rq_requeue"];
+const OPTIONAL: &[Program] = &[Program::BlockRqRequeue];
+/// Of those, the ones attached as BTF tracepoints (typed arguments for helpers).
+const BTF_TRACEPOINTS: &[Program] = &[
+    Program::SchedSwitch,
+    Program::SchedWaking,
+    Program::BlockRqIssue,
+    Program::BlockRqComplete,
+    Program::BlockRqRequeue,
+];
 
 /// Which of the filesystem's own tracepoints to count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -150,6 +150,8 @@ pub struct Probes {
     pub dense: dense::DenseLayout,
     /// The user-stack unwinder's tables, when stacks are on.
     unwind: Option<unwind::UnwindTables>,
+    /// How long loading and attaching took, by phase.
+    pub laps: crate::os::Laps,
 }
 
 /// After attaching: each program's runs from its first are counted by the program itself,
@@ -170,6 +172,18 @@ fn start_cost_windows(
         .ok()
 }
 
+/// Map `m` of the loaded object.
+pub(crate) fn map(ebpf: &Ebpf, m: MapName) -> Result<&aya::maps::Map> {
+    ebpf.map(m.name())
+        .with_context(|| format!("map {} missing from the eBPF object", m.name()))
+}
+
+/// Map `m` of the loaded object, to write.
+pub(crate) fn map_mut(ebpf: &mut Ebpf, m: MapName) -> Result<&mut aya::maps::Map> {
+    ebpf.map_mut(m.name())
+        .with_context(|| format!("map {} missing from the eBPF object", m.name()))
+}
+
 /// Refuses early, with one line each, what would otherwise fail deep inside the loader.
 pub fn check_environment() -> Result<()> {
     if !rustix::process::geteuid().is_root() {
@@ -184,143 +198,174 @@ pub fn check_environment() -> Result<()> {
     Ok(())
 }
 
+/// The probes' configuration: kernel offsets from BTF, and what the options turn on.
+fn probe_config(opts: &ProbeOptions, period: Option<u64>) -> Result<ProbeConfig> {
+    let mut config = offsets::probe_config(Path::new(offsets::VMLINUX_BTF))?;
+    config.filter_devices = u32::from(!opts.devices.is_empty());
+    if let (Some(s), Some(p)) = (opts.stacks, period) {
+        config.stacks = 1;
+        config.background = s.background.into();
+        config.sample_period_ns = p;
+        config.off_cpu_period_ns = s.off_cpu_period_ns;
+        config.user_depth = s.user_depth.clamp(1, fsprof_common::USTACK_DEPTH as u32);
+    }
+    if let Some(t) = &opts.fs_events {
+        if let Some(dev) = fixed_fs_dev(t) {
+            config.fs_dev = dev;
+        }
+        config.fs_learn = t.learn.into();
+    }
+    Ok(config)
+}
+
+/// The one filesystem whose events count, when it is fixed (a lab).
+fn fixed_fs_dev(t: &FsTarget) -> Option<u32> {
+    match (t.devs.as_slice(), t.learn) {
+        ([dev], false) => Some(*dev),
+        _ => None,
+    }
+}
+
+/// Where the dense histogram rows and block slots go. Filtered: the named devices, each
+/// with a slot while they last; else the disks present now get the slots and any other
+/// device is counted in the hashes.
+fn dense_layout(opts: &ProbeOptions) -> Result<dense::DenseLayout> {
+    let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+    let slot_candidates = if opts.devices.is_empty() {
+        dense::present_disks()
+    } else {
+        opts.devices.clone()
+    };
+    Ok(dense::plan(
+        cpus,
+        &dense::hot_syscalls(),
+        fs_events::PAIR_COUNT,
+        &slot_candidates,
+    ))
+}
+
+/// Loads the object (maps created, programs not yet verified) and fills the lookup maps.
+fn load_object(
+    mut config: ProbeConfig,
+    dense: &dense::DenseLayout,
+    opts: &ProbeOptions,
+) -> Result<Ebpf> {
+    config.rows_off_cpu = dense.off_cpu;
+    config.rows_fs_pairs = dense.fs_pairs;
+    config.rows_block = dense.block;
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(btf::aya_kernel()?))
+        .override_global("CONFIG", &config, true)
+        .map_max_entries(MapName::DenseHists.name(), dense.rows.len().max(1) as u32)
+        .load(EBPF_OBJECT)
+        .context("loading fsprof's eBPF object")?;
+    let mut rows: aya::maps::Array<_, u32> =
+        aya::maps::Array::try_from(map_mut(&mut ebpf, MapName::SyscallRow)?)?;
+    for &(nr, row) in &dense.syscalls {
+        rows.set(nr, row + 1, 0)?;
+    }
+    let mut devices: HashMap<_, u32, u32> =
+        HashMap::try_from(map_mut(&mut ebpf, MapName::Devices)?)?;
+    for (slot, dev) in dense.slots.iter().enumerate() {
+        devices.insert(dev, slot as u32, 0)?;
+    }
+    for dev in opts.devices.iter().skip(dense.slots.len()) {
+        devices.insert(dev, fsprof_common::NO_ROW, 0)?;
+    }
+    if !opts.background_pids.is_empty() {
+        let mut bg: HashMap<_, u32, u8> =
+            HashMap::try_from(map_mut(&mut ebpf, MapName::BackgroundPids)?)?;
+        for pid in &opts.background_pids {
+            bg.insert(pid, 1, 0)?;
+        }
+    }
+    Ok(ebpf)
+}
+
 impl Probes {
     pub fn load(opts: &ProbeOptions) -> Result<Probes> {
         check_environment()?;
-        let mut config = offsets::probe_config(Path::new(offsets::VMLINUX_BTF))?;
-        config.filter_devices = u32::from(!opts.devices.is_empty());
+        let mut laps = crate::os::Laps::start();
         let period = opts.stacks.map(|s| off_cpu_period_for(s.sample_hz));
-        if let (Some(s), Some(p)) = (opts.stacks, period) {
-            config.stacks = 1;
-            config.background = s.background.into();
-            config.sample_period_ns = p;
-            config.off_cpu_period_ns = s.off_cpu_period_ns;
-            config.user_depth = s.user_depth.clamp(1, fsprof_common::USTACK_DEPTH as u32);
-        }
-        let mut fs_dev = None;
-        if let Some(t) = &opts.fs_events {
-            if let ([dev], false) = (t.devs.as_slice(), t.learn) {
-                fs_dev = Some(*dev);
-                config.fs_dev = *dev;
-            }
-            config.fs_learn = t.learn.into();
-        }
-        let mut warnings = Vec::new();
-        let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
-        // Filtered: the named devices, each with a slot while they last; else the disks
-        // present now get the slots and any other device is counted in the hashes.
-        let slot_candidates = if opts.devices.is_empty() {
-            dense::present_disks()
-        } else {
-            opts.devices.clone()
-        };
-        let dense = dense::plan(
-            cpus,
-            &dense::hot_syscalls(),
-            fs_events::PAIR_COUNT,
-            &slot_candidates,
-        );
-        config.rows_off_cpu = dense.off_cpu;
-        config.rows_fs_pairs = dense.fs_pairs;
-        config.rows_block = dense.block;
-        let mut ebpf = EbpfLoader::new()
-            .override_global("CONFIG", &config, true)
-            .map_max_entries("DENSE_HISTS", dense.rows.len().max(1) as u32)
-            .load(EBPF_OBJECT)
-            .context("loading fsprof's eBPF object")?;
-        {
-            let mut map: aya::maps::Array<_, u32> =
-                aya::maps::Array::try_from(ebpf.map_mut("SYSCALL_ROW").context("SYSCALL_ROW")?)?;
-            for &(nr, row) in &dense.syscalls {
-                map.set(nr, row + 1, 0)?;
-            }
-        }
-        {
-            let mut devices: HashMap<_, u32, u32> =
-                HashMap::try_from(ebpf.map_mut("DEVICES").context("DEVICES map")?)?;
-            for (slot, dev) in dense.slots.iter().enumerate() {
-                devices.insert(dev, slot as u32, 0)?;
-            }
-            for dev in opts.devices.iter().skip(dense.slots.len()) {
-                devices.insert(dev, fsprof_common::NO_ROW, 0)?;
-            }
-        }
-        if !opts.background_pids.is_empty() {
-            let mut bg: HashMap<_, u32, u8> = HashMap::try_from(
-                ebpf.map_mut("BACKGROUND_PIDS")
-                    .context("BACKGROUND_PIDS map")?,
-            )?;
-            for pid in &opts.background_pids {
-                bg.insert(pid, 1, 0)?;
-            }
-        }
-        let mut attached = Vec::new();
-        let mut missing = Vec::new();
+        let config = probe_config(opts, period)?;
+        laps.lap("offsets");
+        btf::aya_kernel()?;
+        laps.lap("btf");
+        let dense = dense_layout(opts)?;
+        let mut ebpf = load_object(config, &dense, opts)?;
+        laps.lap("load");
         let unwind = match period {
             Some(_) if !opts.floor => Some(unwind::UnwindTables::start(&mut ebpf)?),
             _ => None,
         };
-        if opts.floor {
-            let floor_links = attach_floor(&mut ebpf, opts, period, &mut attached, &mut warnings)?;
-            let cost = start_cost_windows(&ebpf, opts.cost_sampling, &mut warnings);
-            return Ok(Probes {
-                ebpf,
-                attached,
-                missing,
-                sample_period_ns: period,
-                off_cpu_period_ns: config.off_cpu_period_ns,
-                fs_events: None,
-                fs_dev,
-                warnings,
-                cost,
-                floor_links,
-                dense,
-                unwind,
-            });
-        }
-        for (names, required) in [(REQUIRED, true), (OPTIONAL, false)] {
-            for &name in names {
-                match attach(&mut ebpf, name) {
-                    Ok(()) => attached.push(name),
-                    Err(e) if required => {
-                        return Err(e.context(format!("attaching required tracepoint {name}")));
-                    }
-                    Err(e) => missing.push((name, format!("{e:#}"))),
-                }
-            }
-        }
-        let mut sample_period_ns = None;
-        if let Some(p) = period {
-            match attach_sampler(&mut ebpf, "on_cpu_sample", p) {
-                Ok(()) => sample_period_ns = Some(p),
-                Err(e) => warnings.push(format!("no on-CPU stacks: {e:#}")),
-            }
-        }
-        let fs_events = match &opts.fs_events {
-            Some(t) => match fs_events::attach(&mut ebpf, t) {
-                Ok(a) => Some(a),
-                Err(e) => {
-                    warnings.push(format!("no filesystem tracepoints: {e:#}"));
-                    None
-                }
-            },
-            None => None,
-        };
-        let cost = start_cost_windows(&ebpf, opts.cost_sampling, &mut warnings);
-        Ok(Probes {
+        laps.lap("unwind");
+        let mut probes = Probes {
             ebpf,
-            attached,
-            missing,
-            sample_period_ns,
+            attached: Vec::new(),
+            missing: Vec::new(),
+            sample_period_ns: None,
             off_cpu_period_ns: config.off_cpu_period_ns,
-            fs_events,
-            fs_dev,
-            warnings,
-            cost,
+            fs_events: None,
+            fs_dev: opts.fs_events.as_ref().and_then(fixed_fs_dev),
+            warnings: Vec::new(),
+            cost: None,
             floor_links: Vec::new(),
             dense,
             unwind,
-        })
+            laps,
+        };
+        if opts.floor {
+            probes.attach_floor(opts, period)?;
+        } else {
+            probes.attach_all(opts, period)?;
+        }
+        probes.cost = start_cost_windows(&probes.ebpf, opts.cost_sampling, &mut probes.warnings);
+        probes.laps.lap("attach");
+        Ok(probes)
+    }
+
+    /// The tracepoints (required ones or an error), the sampler and the fs events.
+    fn attach_all(&mut self, opts: &ProbeOptions, period: Option<u64>) -> Result<()> {
+        let sampler = period.map(|_| Program::OnCpuSample);
+        let loaded = verify_in_parallel(
+            &mut self.ebpf,
+            REQUIRED.iter().chain(OPTIONAL).chain(&sampler),
+        )?;
+        self.laps.lap("verify");
+        for (&p, required) in REQUIRED
+            .iter()
+            .map(|p| (p, true))
+            .chain(OPTIONAL.iter().map(|p| (p, false)))
+        {
+            let name = p.name();
+            match loaded.get(p).and_then(|()| attach(&mut self.ebpf, p)) {
+                Ok(()) => self.attached.push(name),
+                Err(e) if required => {
+                    return Err(e.context(format!("attaching required tracepoint {name}")));
+                }
+                Err(e) => self.missing.push((name, format!("{e:#}"))),
+            }
+        }
+        if let Some(p) = period {
+            match loaded
+                .get(Program::OnCpuSample)
+                .and_then(|()| attach_sampler(&mut self.ebpf, Program::OnCpuSample, p))
+            {
+                Ok(()) => self.sample_period_ns = Some(p),
+                Err(e) => self.warnings.push(format!("no on-CPU stacks: {e:#}")),
+            }
+        }
+        self.laps.lap("attach");
+        if let Some(t) = &opts.fs_events {
+            match fs_events::attach(&mut self.ebpf, t) {
+                Ok(a) => self.fs_events = Some(a),
+                Err(e) => self
+                    .warnings
+                    .push(format!("no filesystem tracepoints: {e:#}")),
+            }
+        }
+        self.laps.lap("fs_events");
+        Ok(())
     }
 
     /// Loads the unwind tables of `program` and its libraries before it runs.
@@ -337,7 +382,7 @@ impl Probes {
 
     /// The kernel's run-time statistics of fsprof's programs so far; ends the measuring.
     /// None: the kernel keeps none for us.
-    pub fn finish_cost_windows(&self) -> Option<cost_windows::WindowTotals> {
+    pub fn finish_cost_windows(&self) -> Option<probe_cost::WindowTotals> {
         self.cost.as_ref().map(CostWindows::finish)
     }
 
@@ -425,12 +470,12 @@ impl Probes {
     fn follow_with(&mut self, tid: u32, state: TaskState) -> Result<()> {
         // The hint first, as the kernel side does (fsprof-ebpf common::follow).
         let mut hint: aya::maps::Array<_, u32> =
-            aya::maps::Array::try_from(self.ebpf.map_mut("FOLLOW_HINT").context("FOLLOW_HINT")?)?;
+            aya::maps::Array::try_from(map_mut(&mut self.ebpf, MapName::FollowHint)?)?;
         let slot = fsprof_common::follow_hint_slot(tid);
         let held = hint.get(&slot, 0)?;
         hint.set(slot, fsprof_common::follow_hint_join(held, tid), 0)?;
         let mut tasks: HashMap<_, u32, TaskState> =
-            HashMap::try_from(self.ebpf.map_mut("TASKS").context("TASKS map")?)?;
+            HashMap::try_from(map_mut(&mut self.ebpf, MapName::Tasks)?)?;
         tasks
             .insert(tid, state, 0)
             .with_context(|| format!("following thread {tid}"))?;
@@ -454,7 +499,7 @@ impl Probes {
         }
         let Some(Ok(tasks)) = self
             .ebpf
-            .map("TASKS")
+            .map(MapName::Tasks.name())
             .map(HashMap::<_, u32, TaskState>::try_from)
         else {
             return;
@@ -468,7 +513,7 @@ impl Probes {
     /// Threads still followed: descendants of the target that outlived it.
     pub fn followed(&self) -> Result<Vec<u32>> {
         let tasks: HashMap<_, u32, TaskState> =
-            HashMap::try_from(self.ebpf.map("TASKS").context("TASKS map")?)?;
+            HashMap::try_from(map(&self.ebpf, MapName::Tasks)?)?;
         Ok(tasks.keys().filter_map(|k| k.ok()).collect())
     }
 }
@@ -485,14 +530,10 @@ pub fn off_cpu_stacks(period_ns: u64) -> String {
 }
 
 /// The cpu-clock sampler on every online CPU, all processes (the program keeps only the
-/// target and kernel threads).
-fn attach_sampler(ebpf: &mut Ebpf, name: &str, period_ns: u64) -> Result<()> {
+/// target and kernel threads); `name` is loaded already.
+fn attach_sampler(ebpf: &mut Ebpf, p: Program, period_ns: u64) -> Result<()> {
     let cpus = aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
-    let prog: &mut PerfEvent = ebpf
-        .program_mut(name)
-        .with_context(|| format!("program {name} missing from the eBPF object"))?
-        .try_into()?;
-    prog.load().with_context(|| format!("loading {name}"))?;
+    let prog: &mut PerfEvent = program_mut(ebpf, p)?.try_into()?;
     for cpu in cpus {
         prog.attach(
             PerfEventConfig::Software(SoftwareEvent::CpuClock),
@@ -505,60 +546,157 @@ fn attach_sampler(ebpf: &mut Ebpf, name: &str, period_ns: u64) -> Result<()> {
     Ok(())
 }
 
-/// The floor: `floor_tp` on every hook the real programs use (one program, many links),
-/// the do-nothing sampler, and the do-nothing program on the same fs events.
-fn attach_floor(
+/// Loads `names`, one program per CPU at a time: the kernel verifies a program on the
+/// loading thread, and fsprof's take ~0.2 s of verification on one CPU (sched_switch
+/// ~75k instructions, sys_exit ~26k). Returns each program's outcome by name.
+fn verify_in_parallel<'p>(
     ebpf: &mut Ebpf,
-    opts: &ProbeOptions,
-    period: Option<u64>,
-    attached: &mut Vec<&'static str>,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<OwnedFd>> {
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut("floor_tp")
-        .context("program floor_tp missing from the eBPF object")?
-        .try_into()?;
-    prog.load().context("loading floor_tp")?;
-    let fd = prog.fd()?.as_fd().as_raw_fd();
-    let mut links = Vec::new();
-    for &name in REQUIRED.iter().chain(OPTIONAL) {
-        if let Ok(link) = raw_tracepoint::attach_raw(fd, name, 0) {
-            links.push(link);
-            attached.push(name);
+    programs: impl Iterator<Item = &'p Program>,
+) -> Result<Verified> {
+    let wanted: Vec<&str> = programs.map(|p| p.name()).collect();
+    let btf = btf::aya_kernel()?;
+    let queue = std::sync::Mutex::new(
+        ebpf.programs_mut()
+            .filter(|(n, _)| wanted.contains(n))
+            .collect::<Vec<_>>(),
+    );
+    let outcomes = std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(wanted.len()) {
+            scope.spawn(|| {
+                while let Some((name, prog)) = queue.lock().expect("queue").pop() {
+                    let r = verify(name, prog, btf).map_err(|e| format!("{e:#}"));
+                    outcomes
+                        .lock()
+                        .expect("outcomes")
+                        .insert(name.to_string(), r);
+                }
+            });
         }
-    }
-    if let Some(p) = period
-        && let Err(e) = attach_sampler(ebpf, "floor_sample", p)
-    {
-        warnings.push(format!("no floor sampler: {e:#}"));
-    }
-    if let Some(t) = &opts.fs_events {
-        match fs_events::attach_floor(ebpf, t) {
-            Ok(f) => links.extend(f.into_links()),
-            Err(e) => warnings.push(format!("no floor fs events: {e:#}")),
-        }
-    }
-    Ok(links)
+    });
+    Ok(Verified(outcomes.into_inner().expect("outcomes")))
 }
 
-fn attach(ebpf: &mut Ebpf, name: &'static str) -> Result<()> {
-    if BTF_TRACEPOINTS.contains(&name) {
-        let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF")?;
-        let prog: &mut BtfTracePoint = ebpf
-            .program_mut(name)
-            .with_context(|| format!("program {name} missing from the eBPF object"))?
-            .try_into()?;
-        prog.load(name, &btf)
-            .with_context(|| format!("loading {name}"))?;
-        prog.attach().with_context(|| format!("attaching {name}"))?;
-        return Ok(());
+/// Each program's load outcome, by name.
+struct Verified(std::collections::BTreeMap<String, Result<(), String>>);
+
+impl Verified {
+    fn get(&self, p: Program) -> Result<()> {
+        let name = p.name();
+        match self.0.get(name) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(anyhow::anyhow!("loading {name}: {e}")),
+            None => Err(anyhow::anyhow!(
+                "program {name} missing from the eBPF object"
+            )),
+        }
     }
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut(name)
-        .with_context(|| format!("program {name} missing from the eBPF object"))?
-        .try_into()?;
-    prog.load().with_context(|| format!("loading {name}"))?;
-    prog.attach(name)
-        .with_context(|| format!("attaching {name}"))?;
+}
+
+/// Loads one program of the kinds fsprof attaches by name (the verifier runs here).
+fn verify(name: &str, prog: &mut aya::programs::Program, btf: &aya::Btf) -> Result<()> {
+    use aya::programs::Program::*;
+    match prog {
+        BtfTracePoint(p) => p.load(name, btf)?,
+        RawTracePoint(p) => p.load()?,
+        PerfEvent(p) => p.load()?,
+        _ => bail!("program {name} is of an unexpected kind"),
+    }
     Ok(())
+}
+
+impl Probes {
+    /// The floor: `floor_tp` on every hook the real programs use (one program, many
+    /// links), the do-nothing sampler, and the do-nothing program on the same fs events.
+    fn attach_floor(&mut self, opts: &ProbeOptions, period: Option<u64>) -> Result<()> {
+        let floor = [Program::FloorTp, Program::FloorSample];
+        let loaded = verify_in_parallel(
+            &mut self.ebpf,
+            floor[..1 + usize::from(period.is_some())].iter(),
+        )?;
+        loaded.get(Program::FloorTp)?;
+        let prog = program_mut(&mut self.ebpf, Program::FloorTp)?;
+        let fd = prog.fd()?.as_fd().as_raw_fd();
+        for &p in REQUIRED.iter().chain(OPTIONAL) {
+            if let Ok(link) = raw_tracepoint::attach_raw(fd, p.name(), 0) {
+                self.floor_links.push(link);
+                self.attached.push(p.name());
+            }
+        }
+        if let Some(p) = period
+            && let Err(e) = loaded
+                .get(Program::FloorSample)
+                .and_then(|()| attach_sampler(&mut self.ebpf, Program::FloorSample, p))
+        {
+            self.warnings.push(format!("no floor sampler: {e:#}"));
+        }
+        if let Some(t) = &opts.fs_events {
+            match fs_events::attach_floor(&mut self.ebpf, t) {
+                Ok(f) => self.floor_links.extend(f.into_links()),
+                Err(e) => self.warnings.push(format!("no floor fs events: {e:#}")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Program `p` of the object.
+pub(crate) fn program_mut(ebpf: &mut Ebpf, p: Program) -> Result<&mut aya::programs::Program> {
+    ebpf.program_mut(p.name())
+        .with_context(|| format!("program {} missing from the eBPF object", p.name()))
+}
+
+/// Attaches loaded program `p` to the tracepoint of its name.
+fn attach(ebpf: &mut Ebpf, p: Program) -> Result<()> {
+    let name = p.name();
+    let prog = program_mut(ebpf, p)?;
+    if BTF_TRACEPOINTS.contains(&p) {
+        let prog: &mut BtfTracePoint = prog.try_into()?;
+        prog.attach().with_context(|| format!("attaching {name}"))?;
+    } else {
+        let prog: &mut RawTracePoint = prog.try_into()?;
+        prog.attach(name)
+            .with_context(|| format!("attaching {name}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use fsprof_common::MapName;
+    use strum::VariantArray;
+
+    use super::*;
+
+    /// Every map and program name userspace uses is in the built object, and every map and
+    /// program of the object has its name here: no root needed, the object is only parsed.
+    #[test]
+    fn object_has_every_name_userspace_uses() {
+        let obj = aya_obj::Object::parse(EBPF_OBJECT).expect("the built eBPF object parses");
+        let maps: Vec<&str> = obj
+            .maps
+            .keys()
+            .map(String::as_str)
+            .filter(|m| !m.starts_with('.'))
+            .collect();
+        let ours: Vec<&str> = MapName::VARIANTS.iter().map(|m| m.name()).collect();
+        for m in &ours {
+            assert!(maps.contains(m), "map {m} is not in the eBPF object");
+        }
+        for m in &maps {
+            assert!(ours.contains(m), "the object's map {m} has no MapName");
+        }
+        let programs: Vec<&str> = obj.programs.keys().map(String::as_str).collect();
+        let ours: Vec<&str> = Program::ALL.iter().map(|p| p.name()).collect();
+        for p in &ours {
+            assert!(
+                programs.contains(p),
+                "program {p} is not in the eBPF object"
+            );
+        }
+        for p in &programs {
+            assert!(ours.contains(p), "the object's program {p} has no Program");
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! is reported in UNWIND_MISSES and loaded by a thread within milliseconds, its first
 //! stacks ending in "[stack ends: unwind table not loaded yet]".
 
+use fsprof_common::MapName;
 use std::{
     collections::{BTreeMap, HashMap as StdHashMap},
     os::unix::fs::MetadataExt,
@@ -329,39 +330,41 @@ pub struct UnwindTables {
     thread: Option<JoinHandle<()>>,
 }
 
-fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
+fn take<T>(ebpf: &mut Ebpf, m: MapName) -> Result<T>
 where
     T: TryFrom<Map>,
     <T as TryFrom<Map>>::Error: std::error::Error + Send + Sync + 'static,
 {
-    let map = ebpf.take_map(name).with_context(|| format!("{name} map"))?;
+    let map = ebpf
+        .take_map(m.name())
+        .with_context(|| format!("map {} missing from the eBPF object", m.name()))?;
     Ok(T::try_from(map)?)
 }
 
-fn mmapped<T: Copy>(ebpf: &mut Ebpf, name: &str, len: u32) -> Result<Mmapped<T>> {
-    let Some(Map::Array(map)) = ebpf.take_map(name) else {
-        bail!("no array map {name}");
+fn mmapped<T: Copy>(ebpf: &mut Ebpf, m: MapName, len: u32) -> Result<Mmapped<T>> {
+    let Some(Map::Array(map)) = ebpf.take_map(m.name()) else {
+        bail!("no array map {}", m.name());
     };
-    Mmapped::new(map, name, len)
+    Mmapped::new(map, m.name(), len)
 }
 
 impl UnwindTables {
     /// Takes the unwinder's maps out of `ebpf` and starts the on-demand loader.
     pub fn start(ebpf: &mut Ebpf) -> Result<UnwindTables> {
         let loader = Loader {
-            rows: mmapped(ebpf, "UNWIND_ROWS", MAX_UNWIND_ROWS)?,
+            rows: mmapped(ebpf, MapName::UnwindRows, MAX_UNWIND_ROWS)?,
             next_row: 0,
-            index: mmapped(ebpf, "UNWIND_INDEX", MAX_UNWIND_INDEX)?,
+            index: mmapped(ebpf, MapName::UnwindIndex, MAX_UNWIND_INDEX)?,
             next_index: 0,
-            files: take(ebpf, "UNWIND_FILES")?,
-            misses: take(ebpf, "UNWIND_MISSES")?,
+            files: take(ebpf, MapName::UnwindFiles)?,
+            misses: take(ebpf, MapName::UnwindMisses)?,
             paths: BTreeMap::new(),
         };
         let loader = Arc::new(Mutex::new(loader));
         let stop = Arc::new(AtomicBool::new(false));
-        let wake: RingBuf<MapData> = take(ebpf, "UNWIND_WAKE")?;
+        let wake: RingBuf<MapData> = take(ebpf, MapName::UnwindWake)?;
         let mut on: aya::maps::Array<_, u32> =
-            aya::maps::Array::try_from(ebpf.map_mut("UNWIND_ON").context("UNWIND_ON map")?)?;
+            aya::maps::Array::try_from(crate::probes::map_mut(ebpf, MapName::UnwindOn)?)?;
         on.set(0, 1, 0)?;
         let thread = {
             let (loader, stop) = (loader.clone(), stop.clone());

@@ -37,6 +37,17 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 pub fn render(r: &TraceResult) -> String {
     let mut o = String::new();
+    render_header(&mut o, r);
+    render_syscalls(&mut o, r);
+    render_block(&mut o, r);
+    render_stacks(&mut o, r);
+    render_fs_events(&mut o, r);
+    render_losses(&mut o, r);
+    o
+}
+
+/// The command, its status, wall/user/sys and the time split of its threads.
+fn render_header(o: &mut String, r: &TraceResult) {
     let what = if r.command.is_empty() {
         format!("PID {}", r.pid.unwrap_or(0))
     } else {
@@ -86,7 +97,10 @@ pub fn render(r: &TraceResult) -> String {
             r.profile.tasks_forked, r.profile.tasks_exited
         );
     }
+}
 
+/// The syscall table, longest total time first.
+fn render_syscalls(o: &mut String, r: &TraceResult) {
     let _ = writeln!(o, "\nsyscalls, by total time");
     let rows: Vec<Vec<String>> = r
         .profile
@@ -116,7 +130,10 @@ pub fn render(r: &TraceResult) -> String {
         ],
         &rows,
     ));
+}
 
+/// The block table per device and class, and the requests never seen completing.
+fn render_block(o: &mut String, r: &TraceResult) {
     let _ = writeln!(o, "\nblock I/O, per device and class");
     if r.profile.block.is_empty() {
         let _ = writeln!(o, "  (none)");
@@ -168,8 +185,10 @@ pub fn render(r: &TraceResult) -> String {
             );
         }
     }
-    render_stacks(&mut o, r);
-    render_fs_events(&mut o, r);
+}
+
+/// fsprof's own cost, lost events and missing hooks.
+fn render_losses(o: &mut String, r: &TraceResult) {
     if let Some(c) = &r.profile.probe_cost {
         let _ = writeln!(o, "\n{}", c.line(r.wall_ns, r.sys_ns));
     }
@@ -191,7 +210,6 @@ pub fn render(r: &TraceResult) -> String {
     if !r.missing_hooks.is_empty() {
         let _ = writeln!(o, "missing optional hooks: {}", r.missing_hooks.join(" "));
     }
-    o
 }
 
 /// Leaf-first frames shortened for one line: the first `n`, without annotations.

@@ -115,13 +115,10 @@ pub fn run(opts: &RunOptions, kernels: &[GuestKernel], cfg: &VmConfig, args: &[S
     Outcome { result, error }
 }
 
-fn run_into(
-    opts: &RunOptions,
-    kernels: &[GuestKernel],
-    cfg: &VmConfig,
-    args: &[String],
-    out: &mut Option<RunResult>,
-) -> Result<()> {
+/// Checks what a VM run cannot do; returns the results file's stem and the flame graphs'
+/// home.
+fn preflight(opts: &RunOptions) -> Result<(String, std::path::PathBuf)> {
+    check_tools()?;
     check_tools()?;
     if opts.device.is_some() {
         bail!("--device with --kernel: the VM's test disk is a fresh image under --dir");
@@ -141,25 +138,15 @@ fn run_into(
             flames_home.display()
         );
     }
-    let scale = opts.scale.unwrap_or(opts.suite.default_scale);
-    let mut ctx = opts.suite.ctx(scale, opts.seed, opts.jobs);
-    ctx.src = opts.image_dir.join("sources");
-    let size = opts.size.unwrap_or_else(|| opts.suite.image_size(&ctx));
-    fs::create_dir_all(&opts.image_dir)
-        .with_context(|| format!("creating {}", opts.image_dir.display()))?;
-    let (share, disk) = guest::scratch_paths(&opts.image_dir);
-    let scratch = Scratch { share, disk };
-    // Made natively here and shared: under an emulated CPU making a kernel-sized tree
-    // would take longer than the steps that use it.
-    super::prepare_sources(opts, &ctx)?;
-    let _ = fs::remove_dir_all(&flames_home);
+    Ok((stem, flames_home))
+}
 
-    let labels = labels(kernels);
-    let axis = kernels.len() > 1;
-    let mut vm = VmFacts {
+/// What the results say about the VMs.
+fn vm_facts(kernels: &[GuestKernel], labels: &[String], cfg: &VmConfig) -> VmFacts {
+    VmFacts {
         kernels: kernels
             .iter()
-            .zip(&labels)
+            .zip(labels)
             .map(|(k, l)| VmKernel {
                 spec: k.spec.clone(),
                 release: k.release.clone(),
@@ -174,9 +161,111 @@ fn run_into(
         disk: "raw image on virtio-blk".into(),
         disk_cache: guest::DISK_CACHE.into(),
         host_kernel: crate::os::kernel_release(),
+    }
+}
+
+/// One boot's results file and where it belongs.
+struct Guest<'a> {
+    json: &'a Path,
+    kernel: &'a GuestKernel,
+    /// Its index in the run's kernels, and label.
+    index: usize,
+    label: &'a String,
+    first_pass: u32,
+    boot: Option<std::time::Duration>,
+}
+
+/// What every boot's results merge into: the run's identity and places.
+struct Merger<'a> {
+    opts: &'a RunOptions,
+    flames_home: &'a Path,
+    labels: &'a [String],
+    started: u64,
+    run_id: String,
+}
+
+/// Merges what the guest finished (also when it stopped early) into `out` and saves it;
+/// returns whether the guest's run was complete with failed cells.
+fn absorb(
+    m: &Merger,
+    guest: &Guest,
+    vm: &mut VmFacts,
+    out: &mut Option<RunResult>,
+) -> Result<bool> {
+    let (opts, flames_home, labels) = (m.opts, m.flames_home, m.labels);
+    let (guest_json, kernel, label) = (guest.json, guest.kernel, guest.label);
+    let axis = labels.len() > 1;
+    let mut cells_failed = false;
+    if guest_json.exists() {
+        let mut part = RunResult::load(guest_json)?;
+        cells_failed = part.complete && !part.failures().is_empty();
+        let mut columns = std::mem::take(&mut part.filesystems);
+        for f in &mut columns {
+            f.kernel = axis.then(|| label.clone());
+            for p in &mut f.passes {
+                p.pass += guest.first_pass - 1;
+                for s in &mut p.steps {
+                    keep_pass_flames(s, &flames_home.join("passes").join(label), &f.fs, p.pass)?;
+                }
+            }
+        }
+        let merged = out.get_or_insert_with(|| RunResult {
+            kernel: if axis {
+                labels.join(", ")
+            } else {
+                kernel.release.clone()
+            },
+            passes: opts.passes,
+            started: m.started,
+            run_id: m.run_id.clone(),
+            host: crate::os::hostname(),
+            label: opts.label.clone(),
+            ..part.clone()
+        });
+        merge(merged, columns);
+        if let Some(why) = part.interrupted {
+            merged.interrupted = Some(why);
+        }
+        if let Some(b) = guest.boot {
+            vm.kernels[guest.index].boot_s.push(b.as_secs_f64());
+        }
+        merged.vm = Some(vm.clone());
+        merged.complete = false;
+        merged.save(&opts.results)?;
+    }
+    Ok(cells_failed)
+}
+
+fn run_into(
+    opts: &RunOptions,
+    kernels: &[GuestKernel],
+    cfg: &VmConfig,
+    args: &[String],
+    out: &mut Option<RunResult>,
+) -> Result<()> {
+    let (stem, flames_home) = preflight(opts)?;
+    let scale = opts.scale.unwrap_or(opts.suite.default_scale);
+    let mut ctx = opts.suite.ctx(scale, opts.seed, opts.jobs);
+    ctx.src = opts.image_dir.join("sources");
+    let size = opts.size.unwrap_or_else(|| opts.suite.image_size(&ctx));
+    fs::create_dir_all(&opts.image_dir)
+        .with_context(|| format!("creating {}", opts.image_dir.display()))?;
+    let (share, disk) = guest::scratch_paths(&opts.image_dir);
+    let scratch = Scratch { share, disk };
+    // Made natively here and shared: under an emulated CPU making a kernel-sized tree
+    // would take longer than the steps that use it.
+    super::prepare_sources(opts, &ctx)?;
+    let _ = fs::remove_dir_all(&flames_home);
+
+    let labels = labels(kernels);
+    let mut vm = vm_facts(kernels, &labels, cfg);
+    let merger = Merger {
+        opts,
+        flames_home: &flames_home,
+        labels: &labels,
+        started: super::unix_now(),
+        run_id: crate::os::random_id(),
     };
-    let started = super::unix_now();
-    let run_id = crate::os::random_id();
     for round in rounds(kernels.len(), opts.passes) {
         signals::check()?;
         let kernel = &kernels[round.kernel];
@@ -192,51 +281,15 @@ fn run_into(
             ran = boot(opts, kernel, cfg, args, &scratch, &stem, size, round.passes);
         }
         // What the guest finished counts even when it stopped early.
-        let mut cells_failed = false;
-        if guest_json.exists() {
-            let mut part = RunResult::load(&guest_json)?;
-            cells_failed = part.complete && !part.failures().is_empty();
-            let mut columns = std::mem::take(&mut part.filesystems);
-            for f in &mut columns {
-                f.kernel = axis.then(|| label.clone());
-                for p in &mut f.passes {
-                    p.pass += round.first_pass - 1;
-                    for s in &mut p.steps {
-                        keep_pass_flames(
-                            s,
-                            &flames_home.join("passes").join(label),
-                            &f.fs,
-                            p.pass,
-                        )?;
-                    }
-                }
-            }
-            let merged = out.get_or_insert_with(|| RunResult {
-                kernel: if axis {
-                    labels.join(", ")
-                } else {
-                    kernel.release.clone()
-                },
-                passes: opts.passes,
-                started,
-                run_id: run_id.clone(),
-                host: crate::os::hostname(),
-                label: opts.label.clone(),
-                ..part.clone()
-            });
-            merge(merged, columns);
-            if let Some(why) = part.interrupted {
-                merged.interrupted = Some(why);
-            }
-            if let Ok(r) = &ran
-                && let Some(b) = r.boot
-            {
-                vm.kernels[round.kernel].boot_s.push(b.as_secs_f64());
-            }
-            merged.vm = Some(vm.clone());
-            merged.complete = false;
-            merged.save(&opts.results)?;
-        }
+        let guest = Guest {
+            json: &guest_json,
+            kernel,
+            index: round.kernel,
+            label,
+            first_pass: round.first_pass,
+            boot: ran.as_ref().ok().and_then(|r| r.boot),
+        };
+        let cells_failed = absorb(&merger, &guest, &mut vm, out)?;
         let ran = ran?;
         if !guest_json.exists() {
             bail!(

@@ -61,6 +61,8 @@ fn main() {
         user run::bad_names_are_one_line_errors,
         root run::missing_mkfs_tools_are_one_line_errors,
         root run::a_failed_cell_does_not_stop_the_study,
+        root run::the_seed_decides_the_tree,
+        root run::jobs_run_at_once,
         root sched::wall_user_sys_agree_with_gnu_time,
         root sched::direct_io_writer_is_mostly_io_wait,
         root sched::cpu_bound_loop_is_on_cpu,

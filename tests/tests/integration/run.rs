@@ -687,3 +687,71 @@ pub fn a_failed_cell_does_not_stop_the_study() {
     let r = RunResult::load(&json).unwrap();
     assert_eq!(r.filesystems[0].passes[0].steps.len(), 1);
 }
+
+/// What an extra step after `extract-tree` wrote: its stdout file, per line.
+fn after_extract(tag: &str, args: &[&str], listing: &str) -> Vec<String> {
+    let out = std::env::temp_dir().join(format!("fsprof-{tag}-{}.txt", std::process::id()));
+    let step = format!("look={} > {}", listing, out.display());
+    let mut all = vec![
+        "--fs",
+        "ext4",
+        "--only",
+        "extract-tree",
+        "--passes",
+        "1",
+        "--step",
+        &step,
+    ];
+    all.extend_from_slice(args);
+    run_ok(tag, &all);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    text.lines().map(String::from).collect()
+}
+
+/// `--seed`: the same seed makes the same tree (names and contents, hashed by md5sum, not by
+/// fsprof's code), another seed another tree.
+pub fn the_seed_decides_the_tree() {
+    let hash = "cd {mnt} && find . -type f -exec md5sum {} + | sort | md5sum";
+    let tree = |tag, seed| after_extract(tag, &["--scale", "0.02", "--seed", seed], hash);
+    let (a, b, c) = (
+        tree("seed-a", "7"),
+        tree("seed-b", "7"),
+        tree("seed-c", "8"),
+    );
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(a, b, "seed 7 twice made different trees");
+    assert_ne!(a, c, "seeds 7 and 8 made the same tree");
+}
+
+/// `--jobs 3`: three copies ran, each in its own directory, and at once: the span of each
+/// job's file modification times (find's, not fsprof's) overlaps every other's.
+pub fn jobs_run_at_once() {
+    let lines = after_extract(
+        "jobs",
+        &["--scale", "0.2", "--jobs", "3"],
+        "find {mnt} -type f -path '*/job-*' -printf '%P %T@\\n'",
+    );
+    let mut spans: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    for l in &lines {
+        let (path, t) = l.rsplit_once(' ').unwrap();
+        let job = path
+            .split('/')
+            .find(|c| c.starts_with("job-"))
+            .unwrap()
+            .to_string();
+        let t: f64 = t.parse().unwrap();
+        let s = spans.entry(job).or_insert((t, t));
+        *s = (s.0.min(t), s.1.max(t));
+    }
+    assert_eq!(spans.len(), 3, "{spans:?}");
+    for (a, sa) in &spans {
+        for (b, sb) in &spans {
+            assert!(
+                sa.0 <= sb.1 && sb.0 <= sa.1,
+                "{a} {sa:?} and {b} {sb:?} did not run at once"
+            );
+        }
+    }
+    eprintln!("job spans (file mtimes): {spans:?}");
+}

@@ -1,0 +1,181 @@
+//! The time split (fsprof-ebpf `sched.rs`): the target's thread-time by scheduler state,
+//! and the intervals still open when it is read.
+
+use std::collections::HashMap as StdHashMap;
+
+use anyhow::Result;
+use aya::{
+    Ebpf,
+    maps::{HashMap, PerCpuArray},
+};
+use fsprof_common::{
+    EXEC_UNKNOWN, HistKind, MapName, TIME_CLASSES, TaskState, TimeClass, TimeStats,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{HistId, histogram::Summary, stacks, sum, summary};
+use crate::probes::monotonic_ns;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ClassTime {
+    pub ns: u64,
+    /// Number of contiguous intervals spent in the class.
+    pub episodes: u64,
+    /// Length of one interval, ns (off-CPU classes only).
+    pub episode: Option<Summary>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TimeSplit {
+    pub on_cpu: ClassTime,
+    pub io_wait: ClassTime,
+    pub uninterruptible: ClassTime,
+    pub sleep: ClassTime,
+    pub run_queue: ClassTime,
+    pub other: ClassTime,
+    /// On a CPU but not charged by the scheduler: stolen by the hypervisor.
+    #[serde(default)]
+    pub steal: ClassTime,
+}
+
+/// The time classes as reports name them, in the order they list them.
+pub const TIME_LABELS: [(TimeClass, &str); TIME_CLASSES as usize] = [
+    (TimeClass::OnCpu, "on-CPU"),
+    (TimeClass::Steal, "steal"),
+    (TimeClass::IoWait, "I/O wait"),
+    (TimeClass::Uninterruptible, "other D-wait"),
+    (TimeClass::Sleep, "sleep"),
+    (TimeClass::RunQueue, "run-queue"),
+    (TimeClass::Other, "other"),
+];
+
+/// A time class's label, as reports, graphs and compare name it.
+pub const fn time_label(c: TimeClass) -> &'static str {
+    let mut i = 0;
+    while i < TIME_LABELS.len() {
+        if TIME_LABELS[i].0 as u32 == c as u32 {
+            return TIME_LABELS[i].1;
+        }
+        i += 1;
+    }
+    "other"
+}
+
+impl TimeSplit {
+    /// (label, ns) of every class, in `TIME_LABELS` order.
+    pub fn labeled(&self) -> [(&'static str, u64); TIME_CLASSES as usize] {
+        TIME_LABELS.map(|(c, l)| (l, self.class(c).ns))
+    }
+    pub fn class(&self, c: TimeClass) -> &ClassTime {
+        match c {
+            TimeClass::OnCpu => &self.on_cpu,
+            TimeClass::IoWait => &self.io_wait,
+            TimeClass::Uninterruptible => &self.uninterruptible,
+            TimeClass::Sleep => &self.sleep,
+            TimeClass::RunQueue => &self.run_queue,
+            TimeClass::Other => &self.other,
+            TimeClass::Steal => &self.steal,
+        }
+    }
+    fn class_mut(&mut self, c: TimeClass) -> &mut ClassTime {
+        match c {
+            TimeClass::OnCpu => &mut self.on_cpu,
+            TimeClass::IoWait => &mut self.io_wait,
+            TimeClass::Uninterruptible => &mut self.uninterruptible,
+            TimeClass::Sleep => &mut self.sleep,
+            TimeClass::RunQueue => &mut self.run_queue,
+            TimeClass::Other => &mut self.other,
+            TimeClass::Steal => &mut self.steal,
+        }
+    }
+    /// Time off any CPU: the classes besides on-CPU and steal.
+    pub fn off_cpu_ns(&self) -> u64 {
+        TimeClass::ALL
+            .iter()
+            .filter(|&&c| c != TimeClass::OnCpu && c != TimeClass::Steal)
+            .map(|&c| self.class(c).ns)
+            .sum()
+    }
+}
+
+/// Each class's total, intervals and (off-CPU) interval lengths.
+pub(super) fn collect(
+    ebpf: &Ebpf,
+    hists: &StdHashMap<HistId, Vec<(u32, u64)>>,
+) -> Result<TimeSplit> {
+    let mut split = TimeSplit::default();
+    let times: PerCpuArray<_, TimeStats> =
+        PerCpuArray::try_from(crate::probes::map(ebpf, MapName::Times)?)?;
+    for &class in TimeClass::ALL {
+        let t: TimeStats = sum(&times.get(&(class as u32), 0)?, |a: TimeStats, b| {
+            TimeStats {
+                total_ns: a.total_ns + b.total_ns,
+                episodes: a.episodes + b.episodes,
+            }
+        });
+        let c = split.class_mut(class);
+        c.ns = t.total_ns;
+        c.episodes = t.episodes;
+        if class != TimeClass::OnCpu && class != TimeClass::Steal {
+            c.episode = Some(summary(hists, HistKind::OffCpuEpisode, class as u32, 0));
+        }
+    }
+
+    Ok(split)
+}
+
+/// Threads still alive (a -p target, or daemons the command left) have an interval open:
+/// counts it into `split` up to now, and returns the open off-CPU intervals per stack.
+pub(super) fn open_intervals(
+    ebpf: &Ebpf,
+    split: &mut TimeSplit,
+) -> Result<Vec<stacks::OpenInterval>> {
+    let tasks: HashMap<_, u32, TaskState> =
+        HashMap::try_from(crate::probes::map(ebpf, MapName::Tasks)?)?;
+    let now = monotonic_ns();
+    let mut open = Vec::new();
+    for item in tasks.iter() {
+        let (tid, t) = item?;
+        // No kernel stack was taken for the open phase or the time not yet attributed:
+        // they go to the last stack of their class, as at exit.
+        let last = |class: u32| t.last_stack.get(class as usize).copied().unwrap_or(0);
+        if t.off_since != 0 {
+            open.push((
+                last(t.off_class),
+                t.off_class,
+                now.saturating_sub(t.off_since),
+            ));
+        }
+        if t.pend_ns != 0 {
+            open.push((last(t.pend_class), t.pend_class, t.pend_ns));
+        }
+        for i in 0..2 {
+            if t.aw_mask & (1 << i) != 0 {
+                open.push((last(t.aw_class[i]), t.aw_class[i], t.aw_ns[i]));
+            }
+        }
+        for (class, &ns) in t.short_ns.iter().enumerate() {
+            if ns != 0 {
+                open.push((last(class as u32), class as u32, ns));
+            }
+        }
+        if t.on_since != 0 {
+            let wall = now.saturating_sub(t.on_since);
+            let ran = match crate::os::sum_exec_runtime(tid) {
+                Some(exec) if t.exec_in != EXEC_UNKNOWN => exec.saturating_sub(t.exec_in).min(wall),
+                _ => wall,
+            };
+            split.on_cpu.ns += ran;
+            split.steal.ns += wall - ran;
+        }
+        if t.off_since != 0 {
+            let class = TimeClass::ALL
+                .get(t.off_class as usize)
+                .copied()
+                .unwrap_or(TimeClass::Other);
+            split.class_mut(class).ns += now.saturating_sub(t.off_since);
+        }
+    }
+
+    Ok(open)
+}
