@@ -297,11 +297,11 @@ pub fn run_on_lab(
     signals::install();
     let labfs = LabFs::create(kind, lab_opts)?;
     eprintln!(
-        "fsprof: {kind} on {} mounted at {} (mkfs {:.2}s, mount {:.3}s)",
+        "fsprof: {kind} on {} mounted at {} (mkfs {}, mount {})",
         labfs.device_path().display(),
         labfs.mountpoint().display(),
-        labfs.mkfs_time.as_secs_f64(),
-        labfs.mount_time.as_secs_f64()
+        crate::units::seconds(labfs.mkfs_time.as_nanos() as u64),
+        crate::units::seconds(labfs.mount_time.as_nanos() as u64)
     );
     let mnt = labfs.mountpoint().to_string_lossy().into_owned();
     opts.command = opts
