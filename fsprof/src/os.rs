@@ -33,7 +33,6 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns and of the kernel log's stamps.
 /// Lap times of fsprof's own work, by phase name (ns), for its start-up and tear-down cost.
 #[derive(Debug)]
 pub struct Laps {
@@ -62,6 +61,7 @@ impl Laps {
     }
 }
 
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns and of the kernel log's stamps.
 pub fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

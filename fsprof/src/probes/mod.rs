@@ -530,7 +530,7 @@ pub fn off_cpu_stacks(period_ns: u64) -> String {
 }
 
 /// The cpu-clock sampler on every online CPU, all processes (the program keeps only the
-/// target and kernel threads); `name` is loaded already.
+/// target and kernel threads); `p` is loaded already.
 fn attach_sampler(ebpf: &mut Ebpf, p: Program, period_ns: u64) -> Result<()> {
     let cpus = aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
     let prog: &mut PerfEvent = program_mut(ebpf, p)?.try_into()?;
@@ -546,9 +546,9 @@ fn attach_sampler(ebpf: &mut Ebpf, p: Program, period_ns: u64) -> Result<()> {
     Ok(())
 }
 
-/// Loads `names`, one program per CPU at a time: the kernel verifies a program on the
-/// loading thread, and fsprof's take ~0.2 s of verification on one CPU (sched_switch
-/// ~75k instructions, sys_exit ~26k). Returns each program's outcome by name.
+/// Loads `programs`, one per CPU at a time: the kernel verifies a program on the loading
+/// thread, and fsprof's take ~0.3 s of verification on one CPU (sched_switch ~75k
+/// instructions, sys_exit ~26k). Returns each program's outcome by name.
 fn verify_in_parallel<'p>(
     ebpf: &mut Ebpf,
     programs: impl Iterator<Item = &'p Program>,
