@@ -404,9 +404,12 @@ indexed_enum! {
         UserFramesUnwound = 10,
         /// Time spent unwinding them, ns (two clock reads per stack, ~90 ns, included).
         UserUnwindNs = 11,
+        /// Switch-outs of a followed thread whose switch-in the kernel did not trace (see
+        /// fsprof-ebpf sched::switch_in_unseen): its on-CPU time is known, not when it began.
+        SwitchInsUnseen = 12,
     }
 }
-pub const COUNTERS: u32 = 12;
+pub const COUNTERS: u32 = 13;
 
 indexed_enum! {
     /// fsprof's eBPF programs, each counting its own runs (`PROGRAM_RUNS`, per-CPU array): the

@@ -108,6 +108,33 @@ pub fn on_cpu() -> Option<*mut OnCpuTask> {
     ON_CPU.get_ptr_mut(0)
 }
 
+/// Makes followed thread `tid` the one running on CPU `c`, with its syscall in flight.
+#[inline(always)]
+pub unsafe fn run_here(c: *mut OnCpuTask, tid: u32, t: *mut TaskState) {
+    unsafe {
+        (*c).tid = tid;
+        (*c).armed = (*t).armed;
+        (*c).sc_nr = (*t).sc_nr;
+        (*c).sc_start = (*t).sc_start;
+        (*c).ustack = (*t).ustack;
+        (*t).sc_start = 0;
+    }
+}
+
+/// At a syscall on CPU `c` with no followed thread: the current thread, if followed,
+/// runs here from now (`run_here`). Its switch-in was before it was followed (a -p
+/// target, a thread already running) or was not traced (sched::switch_in_unseen). The
+/// hint turns everything else away with one array load.
+#[inline(always)]
+pub unsafe fn adopt_current(c: *mut OnCpuTask) -> bool {
+    let tid = current_tid();
+    let Some(t) = followed(tid) else {
+        return false;
+    };
+    unsafe { run_here(c, tid, t) };
+    true
+}
+
 #[map]
 // Preallocated: with BPF_F_NO_PREALLOC an insert can fail transiently when the kernel's
 // per-CPU element cache is empty, which would lose samples for no good reason.

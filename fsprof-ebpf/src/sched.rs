@@ -16,7 +16,7 @@ use fsprof_common::{
 use crate::{
     common::{
         btf_read, btf_task_tid, conf, count, current_tgid, current_tid, follow, followed,
-        hist_add_row, lost, now, on_cpu, ran, read_kernel, row_at, task_tid, unfollow,
+        hist_add_row, lost, now, on_cpu, ran, read_kernel, row_at, run_here, task_tid, unfollow,
     },
     offcpu,
     stacks::{SLOT_SCHED, capture, capture_user, capture_waker},
@@ -60,16 +60,49 @@ unsafe fn close_phase(t: *mut TaskState, ts: u64) -> Option<(u32, u64)> {
 unsafe fn close_on_cpu(t: *mut TaskState, ts: u64, exec: u64) {
     unsafe {
         let wall = ts.saturating_sub((*t).on_since);
-        let ran = if (*t).exec_in == EXEC_UNKNOWN {
-            wall
-        } else {
-            exec.saturating_sub((*t).exec_in).min(wall)
-        };
+        let ran = charged(t, exec, wall);
         add_time(TimeClass::OnCpu as u32, ran);
         if wall > ran {
             add_time(TimeClass::Steal as u32, wall - ran);
         }
         (*t).on_since = 0;
+    }
+}
+
+/// CPU time the scheduler charged `t` since `exec_in`, at most `span` (all of it when the
+/// start is unknown).
+#[inline(always)]
+unsafe fn charged(t: *const TaskState, exec: u64, span: u64) -> u64 {
+    unsafe {
+        if (*t).exec_in == EXEC_UNKNOWN {
+            span
+        } else {
+            exec.saturating_sub((*t).exec_in).min(span)
+        }
+    }
+}
+
+/// A switch-out of `t` at `ts` whose switch-in was never traced: the kernel runs some
+/// switches without a sched_switch event (on these VMs, every switch away from a thread of
+/// the VM's agent, PID 1). The time since the last switch-out then holds the rest of that
+/// off-CPU phase and an on-CPU interval; `se.sum_exec_runtime` did not move while the
+/// thread was off-CPU, so what it charged since then is the on-CPU part.
+#[inline(always)]
+unsafe fn switch_in_unseen(t: *mut TaskState, ts: u64, exec: u64) {
+    unsafe {
+        count(Counter::SwitchInsUnseen);
+        let span = ts.saturating_sub((*t).off_since);
+        let ran = if (*t).exec_in == EXEC_UNKNOWN {
+            0
+        } else {
+            charged(t, exec, span)
+        };
+        if let Some((class, ns)) = close_phase(t, ts.saturating_sub(ran))
+            && conf!(stacks) != 0
+        {
+            offcpu::defer(t, class, ns);
+        }
+        add_time(TimeClass::OnCpu as u32, ran);
     }
 }
 
@@ -124,13 +157,14 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         let prev = ctx.arg::<u64>(1);
         let state = ctx.arg::<u64>(3) as u32;
         unsafe {
+            let exec = btf_read::<u64>(ctx.arg::<*const u8>(1), conf!(task_sum_exec));
             if (*t).on_since != 0 {
-                close_on_cpu(
-                    t,
-                    ts,
-                    btf_read::<u64>(ctx.arg::<*const u8>(1), conf!(task_sum_exec)),
-                );
+                close_on_cpu(t, ts, exec);
+            } else if (*t).off_since != 0 {
+                switch_in_unseen(t, ts, exec);
             }
+            // It does not move until the next switch-in, seen or not.
+            (*t).exec_in = exec;
         }
         let stacks = conf!(stacks) != 0;
         let period = conf!(off_cpu_period_ns);
@@ -199,12 +233,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             (*t).on_since = ts;
             (*t).exec_in = btf_read::<u64>(task.cast(), conf!(task_sum_exec));
             // ... and back to the CPU it runs on now.
-            (*c).tid = next_tid;
-            (*c).armed = (*t).armed;
-            (*c).sc_nr = (*t).sc_nr;
-            (*c).sc_start = (*t).sc_start;
-            (*c).ustack = (*t).ustack;
-            (*t).sc_start = 0;
+            run_here(c, next_tid, t);
         }
     }
     0

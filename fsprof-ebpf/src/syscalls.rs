@@ -1,7 +1,9 @@
 //! Syscall boundary: count, errors, bytes and latency per syscall number, for followed
 //! threads only. The per-CPU `OnCpuTask` says whether a followed thread runs here (every
-//! switch sets or clears it), so a syscall costs no hash lookup and no pid helper call:
-//! one clock read per hook on top of what any program on these hooks costs.
+//! traced switch sets or clears it), so a followed thread's syscall costs no hash lookup:
+//! one clock read per hook on top of what any program on these hooks costs. Elsewhere
+//! each hook asks the follow hint (a pid helper call and one array load), which also
+//! catches a followed thread whose switch-in the kernel did not trace.
 
 use aya_ebpf::{
     macros::{map, raw_tracepoint},
@@ -11,7 +13,9 @@ use aya_ebpf::{
 use fsprof_common::{HistKind, Lost, MAX_SYSCALLS, NO_ROW, Program, SyscallStats};
 
 use crate::{
-    common::{current_tgid, current_tid, followed, hist_add_row, lost, now, on_cpu, ran},
+    common::{
+        adopt_current, current_tgid, current_tid, followed, hist_add_row, lost, now, on_cpu, ran,
+    },
     offcpu,
     stacks::{SLOT_SYSCALL, capture_user},
     unwind,
@@ -46,15 +50,8 @@ pub fn sys_enter(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     unsafe {
-        if (*c).tid == 0 {
-            let tid = current_tid();
-            // Not followed (the hint says so at once), or followed since it last switched
-            // in (a -p target, a thread already running): the hash says which, once.
-            let Some(t) = followed(tid) else {
-                return 0;
-            };
-            (*c).tid = tid;
-            (*c).armed = (*t).armed;
+        if (*c).tid == 0 && !adopt_current(c) {
+            return 0;
         }
         (*c).sc_nr = ctx.arg::<u64>(1) as u32;
         (*c).ustack = 0;
@@ -86,10 +83,10 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     let (nr, start, armed) = unsafe {
-        let tid = (*c).tid;
-        if tid == 0 {
+        if (*c).tid == 0 && !adopt_current(c) {
             return 0;
         }
+        let tid = (*c).tid;
         if (*c).await_user != 0 {
             (*c).await_user = 0;
             complete_user(tid, (*c).ustack);

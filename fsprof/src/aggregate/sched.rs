@@ -36,6 +36,12 @@ pub struct TimeSplit {
     /// On a CPU but not charged by the scheduler: stolen by the hypervisor.
     #[serde(default)]
     pub steal: ClassTime,
+    /// Switch-ins the kernel ran without a sched_switch event (on these VMs, after each
+    /// thread of the VM's agent). The on-CPU time that followed is still exact (the
+    /// scheduler's charge); only where it began is inferred, and any steal in it counts
+    /// in the off-CPU phase before it.
+    #[serde(default)]
+    pub switch_ins_unseen: u64,
 }
 
 /// The time classes as reports name them, in the order they list them.
@@ -136,15 +142,26 @@ pub(super) fn open_intervals(
     let mut open = Vec::new();
     for item in tasks.iter() {
         let (tid, t) = item?;
+        let exec = crate::os::sum_exec_runtime(tid);
+        // Charged since `exec_in` (the last switch-in or switch-out), at most `span`.
+        let charged = |span: u64| match exec {
+            Some(e) if t.exec_in != EXEC_UNKNOWN => e.saturating_sub(t.exec_in).min(span),
+            _ => span,
+        };
+        // An open off-CPU phase ends where a switch-in the kernel did not trace began
+        // (see fsprof-ebpf sched::switch_in_unseen): what was charged since is on-CPU.
+        let (off_ns, unseen_ns) = if t.off_since != 0 {
+            let span = now.saturating_sub(t.off_since);
+            let ran = if exec.is_some() { charged(span) } else { 0 };
+            (span - ran, ran)
+        } else {
+            (0, 0)
+        };
         // No kernel stack was taken for the open phase or the time not yet attributed:
         // they go to the last stack of their class, as at exit.
         let last = |class: u32| t.last_stack.get(class as usize).copied().unwrap_or(0);
         if t.off_since != 0 {
-            open.push((
-                last(t.off_class),
-                t.off_class,
-                now.saturating_sub(t.off_since),
-            ));
+            open.push((last(t.off_class), t.off_class, off_ns));
         }
         if t.pend_ns != 0 {
             open.push((last(t.pend_class), t.pend_class, t.pend_ns));
@@ -159,12 +176,10 @@ pub(super) fn open_intervals(
                 open.push((last(class as u32), class as u32, ns));
             }
         }
+        split.on_cpu.ns += unseen_ns;
         if t.on_since != 0 {
             let wall = now.saturating_sub(t.on_since);
-            let ran = match crate::os::sum_exec_runtime(tid) {
-                Some(exec) if t.exec_in != EXEC_UNKNOWN => exec.saturating_sub(t.exec_in).min(wall),
-                _ => wall,
-            };
+            let ran = charged(wall);
             split.on_cpu.ns += ran;
             split.steal.ns += wall - ran;
         }
@@ -173,7 +188,7 @@ pub(super) fn open_intervals(
                 .get(t.off_class as usize)
                 .copied()
                 .unwrap_or(TimeClass::Other);
-            split.class_mut(class).ns += now.saturating_sub(t.off_since);
+            split.class_mut(class).ns += off_ns;
         }
     }
 

@@ -452,6 +452,8 @@ impl Probes {
         let off = |class: TimeClass| TaskState {
             off_since: now,
             off_class: class as u32,
+            // Its switch-in may go untraced: the charge since now is its on-CPU part.
+            exec_in: exec_in(tid),
             ..TaskState::default()
         };
         let state = match proc_state {

@@ -207,6 +207,14 @@ fn render_losses(o: &mut String, r: &TraceResult) {
             lost.join(" ")
         );
     }
+    let unseen = r.profile.time.switch_ins_unseen;
+    if unseen > 0 {
+        let _ = writeln!(
+            o,
+            "switch-ins the kernel did not trace: {unseen} (the on-CPU time after each is the \
+             scheduler's charge; any steal in it counts as the wait before)"
+        );
+    }
     if !r.missing_hooks.is_empty() {
         let _ = writeln!(o, "missing optional hooks: {}", r.missing_hooks.join(" "));
     }
