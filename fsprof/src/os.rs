@@ -70,8 +70,15 @@ pub fn monotonic_ns() -> u64 {
 /// CPU time the scheduler has charged thread `tid` (`se.sum_exec_runtime`, the first field
 /// of /proc/<tid>/schedstat), ns; None once it has gone.
 pub fn sum_exec_runtime(tid: u32) -> Option<u64> {
+    schedstat(tid).map(|s| s[0])
+}
+
+/// /proc/<tid>/schedstat: CPU time charged (ns), time waiting on a run queue (ns), and
+/// the timeslices it has run.
+pub fn schedstat(tid: u32) -> Option<[u64; 3]> {
     let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).ok()?;
-    s.split_whitespace().next()?.parse().ok()
+    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some([f.next()??, f.next()??, f.next()??])
 }
 
 /// The machine's name (/proc/sys/kernel/hostname).

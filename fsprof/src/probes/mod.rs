@@ -433,16 +433,31 @@ impl Probes {
     /// `armed: false` holds off syscall counting until the thread execs (for a child fsprof
     /// forked itself); running processes are armed at once.
     pub fn follow(&mut self, tid: u32, armed: bool) -> Result<()> {
-        // A held child may still be running toward its wait, and if released before it
-        // blocks it never switches out: assume on-CPU from now. If it is asleep instead,
-        // its next switch-in restarts the interval, so the guess costs nothing.
-        let state = TaskState {
-            on_since: monotonic_ns(),
-            exec_in: exec_in(tid),
-            armed: armed.into(),
-            ..TaskState::default()
+        let now = monotonic_ns();
+        let state = match crate::os::schedstat(tid) {
+            // Forked but not yet run (a loaded machine): it waits for a CPU from now.
+            Some([_, _, 0]) => TaskState {
+                off_since: now,
+                off_class: TimeClass::RunQueue as u32,
+                exec_in: 0,
+                ..TaskState::default()
+            },
+            // A held child may still be running toward its wait, and if released before
+            // it blocks it never switches out: assume on-CPU from now. If it is asleep
+            // instead, its next switch-in restarts the interval, so the guess costs nothing.
+            _ => TaskState {
+                on_since: now,
+                exec_in: exec_in(tid),
+                ..TaskState::default()
+            },
         };
-        self.follow_with(tid, state)
+        self.follow_with(
+            tid,
+            TaskState {
+                armed: armed.into(),
+                ..state
+            },
+        )
     }
 
     /// Follows a thread that is already running, starting its current interval now in
