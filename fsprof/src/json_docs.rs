@@ -7,7 +7,11 @@ use std::{collections::BTreeSet, path::PathBuf};
 
 use serde_json::Value;
 
-use crate::{analysis::compare::Comparison, results::RunResult, trace::TraceResult};
+use crate::{
+    analysis::compare::Comparison,
+    results::{RunResult, crash::CrashStudy},
+    trace::TraceResult,
+};
 
 fn repo_file(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -126,6 +130,16 @@ fn compare_json_is_documented() {
         "docs/schema/compare.json",
         "# `fsprof compare --json`",
         &[],
+    );
+}
+
+#[test]
+fn crash_json_is_documented() {
+    check(
+        schemars::schema_for!(CrashStudy),
+        "docs/schema/crash.json",
+        "# `fsprof crash --json`",
+        &["TraceResult"],
     );
 }
 

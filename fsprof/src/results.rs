@@ -1,5 +1,7 @@
 //! The result of `fsprof run`: filesystem × pass × step, each cell a full trace.
 
+pub mod crash;
+
 use std::{collections::BTreeMap, fs, path::Path};
 
 use anyhow::{Context, Result, bail};

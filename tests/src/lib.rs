@@ -352,3 +352,22 @@ pub fn assert_unseen_bound(unseen: u64, issued: u64, what: &str) {
         "{what}: {unseen} of {issued} requests unseen"
     );
 }
+
+/// Nothing of fsprof process `pid` (its names carry its PID) is left: mount, loop device,
+/// image.
+pub fn assert_nothing_left_of(pid: u32) {
+    let me = format!("fsprof-{pid}-");
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains(&me), "{mounts}");
+    let loops =
+        String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout)
+            .into_owned();
+    assert!(!loops.contains(&me), "{loops}");
+    let images: Vec<String> = std::fs::read_dir("/var/tmp/fsprof")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&me))
+        .collect();
+    assert!(images.is_empty(), "{images:?}");
+}

@@ -1,6 +1,7 @@
 //! The command line: clap types and one module per command; `main` only calls [`main`].
 
 mod args;
+mod crash_cmd;
 mod history_cmd;
 mod results_cmds;
 mod run_cmd;
@@ -33,6 +34,10 @@ enum Cmd {
     Trace(trace_cmd::TraceArgs),
     /// Run a suite of standard workloads on fresh filesystems, every step traced.
     Run(run_cmd::RunArgs),
+    /// What a crash leaves of an application's update: per filesystem, update pattern
+    /// (rename with or without fsync, append, overwrite, …) and crash point, independent
+    /// trials on fresh filesystems, with journal replay and fsck times.
+    Crash(crash_cmd::CrashArgs),
     /// Which filesystems this machine (or, with --kernel, that kernel in a VM) can test, or
     /// why not.
     List {
@@ -59,6 +64,17 @@ enum Cmd {
     /// Differential flame graph of two folded stack files (e.g. the same cell of two runs):
     /// widths from NEW, red where NEW spent more time, blue where less.
     FlameDiff(results_cmds::FlameDiffArgs),
+    /// Update every copy of a crash pattern in the current directory (what `crash` traces).
+    #[command(hide = true)]
+    CrashUpdate {
+        #[arg(value_enum)]
+        pattern: workload::crash::Pattern,
+        #[arg(long)]
+        count: u32,
+        /// Write the updates' own time (ns) here.
+        #[arg(long)]
+        elapsed_to: std::path::PathBuf,
+    },
     /// Run one built-in workload step in this process (what `run` traces).
     #[command(hide = true)]
     Workload {
@@ -128,6 +144,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
     match cmd {
         Cmd::Trace(a) => trace_cmd::trace_cmd(a),
         Cmd::Run(a) => run_cmd::run_cmd(a),
+        Cmd::Crash(a) => crash_cmd::crash_cmd(a),
         Cmd::List { vm, dir } => list(&vm, &dir),
         Cmd::Report(a) => results_cmds::report_cmd(a),
         Cmd::Compare(a) => results_cmds::compare_cmd(a),
@@ -138,6 +155,15 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
             for line in lab::cleanup::cleanup(&lab::cleanup::default_image_dirs())? {
                 println!("{line}");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::CrashUpdate {
+            pattern,
+            count,
+            elapsed_to,
+        } => {
+            let took = workload::crash::update_copies(pattern, &std::env::current_dir()?, count)?;
+            std::fs::write(elapsed_to, took.as_nanos().to_string())?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Workload { step, ctx } => {

@@ -2,6 +2,7 @@
 
 pub mod capacity;
 pub mod cleanup;
+pub mod crash;
 pub mod device;
 pub mod fs_kind;
 pub mod loopdev;
@@ -52,6 +53,17 @@ impl Default for LabOptions {
     }
 }
 
+/// The name of a new lab filesystem of `kind` in this process: its kind, and a number
+/// from the second one at once on (the crash study mounts one per update pattern).
+fn instance_tag(kind: FsKind) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static MADE: AtomicU32 = AtomicU32::new(0);
+    match MADE.fetch_add(1, Ordering::Relaxed) {
+        0 => kind.name().to_string(),
+        n => format!("{}.{n}", kind.name()),
+    }
+}
+
 /// What the filesystem lives on. Loop fields drop in order: detach, then delete the image.
 pub enum Backing {
     Loop { device: LoopDevice, image: Image },
@@ -65,15 +77,17 @@ pub struct LabFs {
     pub backing: Backing,
     pub mkfs_time: Duration,
     pub mount_time: Duration,
+    mount_opts: String,
 }
 
 impl LabFs {
     pub fn create(kind: FsKind, opts: &LabOptions) -> Result<LabFs> {
         kind.check_available()?;
+        let tag = instance_tag(kind);
         let backing = match &opts.device {
             Some(dev) => Backing::User(dev.clone()),
             None => {
-                let image = Image::create(&opts.image_dir, kind.name(), opts.size)?;
+                let image = Image::create(&opts.image_dir, &tag, opts.size)?;
                 let device = LoopDevice::attach(&image.path)?;
                 Backing::Loop { device, image }
             }
@@ -98,10 +112,9 @@ impl LabFs {
             );
         }
         let target = Path::new(MOUNT_ROOT).join(format!(
-            "{}{}-{}",
+            "{}{}-{tag}",
             loopdev::IMAGE_PREFIX,
             std::process::id(),
-            kind.name()
         ));
         let (mount, mount_time) = match kind {
             FsKind::Ntfs => mount_ntfs3g(&dev, &target, &opts.mount_opts)?,
@@ -113,6 +126,7 @@ impl LabFs {
             backing,
             mkfs_time,
             mount_time,
+            mount_opts: opts.mount_opts.clone(),
         })
     }
 
@@ -152,6 +166,19 @@ impl LabFs {
 
     pub fn unmount(&mut self) -> Result<Duration> {
         self.mount.unmount()
+    }
+
+    /// Mounts it again where it was, after `unmount` (a crashed filesystem replays its
+    /// journal here); returns how long the mount took.
+    pub fn mount_again(&mut self) -> Result<Duration> {
+        if self.kind == FsKind::Ntfs {
+            bail!("ntfs: fsprof does not mount ntfs-3g again");
+        }
+        let target = self.mount.target.clone();
+        let fstype = self.kind.kernel_name();
+        let (mount, took) = Mount::new(self.device_path(), &target, fstype, &self.mount_opts)?;
+        self.mount = mount;
+        Ok(took)
     }
 
     /// Its superblock's dev_t (kernel encoding), which its own tracepoints lead to.

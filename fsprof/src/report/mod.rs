@@ -3,6 +3,7 @@
 pub mod charts;
 pub mod compare_html;
 pub mod compare_table;
+pub mod crash;
 pub mod flame;
 pub mod html;
 pub mod run_summary;

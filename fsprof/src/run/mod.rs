@@ -1,5 +1,6 @@
 //! `fsprof run`: fresh filesystems × passes × the steps of a suite, every step traced.
 
+pub mod crash;
 pub mod flames;
 pub mod in_vm;
 

@@ -5,6 +5,7 @@
 pub mod bigfile;
 pub mod bonnie;
 pub mod cpu;
+pub mod crash;
 pub mod db;
 pub mod extract;
 pub mod io;

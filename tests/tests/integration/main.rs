@@ -4,6 +4,7 @@
 
 mod block;
 mod cli;
+mod crash;
 mod history;
 mod overhead;
 mod reports;
@@ -37,6 +38,11 @@ fn main() {
         root cli::lab_options_reach_the_filesystem,
         root cli::list_agrees_with_the_kernel_and_the_path,
         root cli::readme_commands_run_as_written,
+        root crash::shutdown_keeps_durable_updates_and_loses_uncommitted_ones,
+        root crash::after_the_commit_interval_ext4_has_committed_the_rename,
+        root crash::cost_pass_counts_the_syncs_each_pattern_makes,
+        root crash::a_filesystem_the_host_cannot_crash_is_a_one_line_error,
+        root crash::sigint_mid_crash_study_leaves_nothing_and_a_partial_file,
         root history::runs_are_recorded_compared_with_their_past_and_trended,
         root history::two_machines_record_into_one_postgres_without_showing_its_password,
         user history::bad_stores_are_one_line_errors_and_the_results_stay,

@@ -405,21 +405,7 @@ pub fn sigint_mid_run_leaves_nothing_and_a_valid_partial_file() {
         r.interrupted
     );
     assert!(!r.filesystems[0].passes[0].steps.is_empty());
-    // Nothing of this fsprof's (its names carry its PID) is left: mount, loop device, image.
-    let me = format!("fsprof-{pid}-");
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    assert!(!mounts.contains(&me), "{mounts}");
-    let loops =
-        String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout)
-            .into_owned();
-    assert!(!loops.contains(&me), "{loops}");
-    let images: Vec<String> = std::fs::read_dir("/var/tmp/fsprof")
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&me))
-        .collect();
-    assert!(images.is_empty(), "{images:?}");
+    assert_nothing_left_of(pid);
 }
 
 pub fn devices_in_use_or_with_data_are_refused() {

@@ -1,0 +1,89 @@
+//! `fsprof crash`: the crash study; prints its table and writes JSON and CSV whatever
+//! happened, with the trials that finished.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use anyhow::Result;
+use clap::Args;
+
+use super::args::{LabArgs, parse_fs};
+use crate::{
+    lab::FsKind,
+    report,
+    results::crash::{CrashPoint, CrashStudy},
+    run::crash::{self, CrashOptions},
+    workload::crash::Pattern,
+};
+
+#[derive(Args)]
+pub struct CrashArgs {
+    /// Comma-separated filesystems; on the host those with a shutdown ioctl (ext4, xfs,
+    /// f2fs).
+    #[arg(long, value_delimiter = ',', value_parser = parse_fs, default_value = "ext4,xfs")]
+    fs: Vec<FsKind>,
+    /// Comma-separated update patterns (default: all).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pattern: Vec<Pattern>,
+    /// When to crash after the update: now, after-commit (the commit interval and 1 s).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "now,after-commit"
+    )]
+    at: Vec<CrashPoint>,
+    /// Trials per cell, each on a fresh filesystem.
+    #[arg(long, default_value_t = 5)]
+    trials: u32,
+    /// Updates traced per pattern for what it costs (0: no cost pass).
+    #[arg(long, default_value_t = 100)]
+    cost_updates: u32,
+    #[command(flatten)]
+    lab: LabArgs,
+    /// Results file (JSON; a CSV is written beside it).
+    #[arg(long, default_value = "fsprof-crash.json")]
+    json: PathBuf,
+}
+
+pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
+    crate::signals::install();
+    let opts = CrashOptions {
+        filesystems: a.fs.clone(),
+        patterns: if a.pattern.is_empty() {
+            Pattern::ALL.to_vec()
+        } else {
+            a.pattern.clone()
+        },
+        points: a.at.clone(),
+        trials: a.trials,
+        lab: a.lab.options(),
+        cost_updates: a.cost_updates,
+    };
+    crash::validate(&opts)?;
+    let mut last: Option<CrashStudy> = None;
+    let outcome = crash::study(
+        &opts,
+        |line| eprintln!("fsprof: {line}"),
+        |s| {
+            last = Some(s.clone());
+            s.save(&a.json)
+        },
+    );
+    // Whatever happened, the trials that finished are shown and written.
+    if let Some(study) = &last {
+        print!("{}", report::crash::render(study));
+        let csv = a.json.with_extension("csv");
+        std::fs::write(&csv, report::crash::to_csv(study))?;
+        eprintln!(
+            "fsprof: results in {} and {}",
+            a.json.display(),
+            csv.display()
+        );
+    }
+    let study = outcome?;
+    Ok(if study.cells.iter().any(|c| c.broken_promise()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

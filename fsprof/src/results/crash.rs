@@ -1,0 +1,166 @@
+//! The result of `fsprof crash`: filesystem × update pattern × crash point, each cell the
+//! outcomes of independent trials on fresh filesystems, with recovery and fsck times.
+
+use std::{collections::BTreeMap, path::Path};
+
+use anyhow::Result;
+use clap::ValueEnum;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use strum::IntoStaticStr;
+
+use crate::{
+    trace::TraceResult,
+    workload::crash::{Outcome, Pattern},
+};
+
+/// Version of the crash JSON (docs/json.md). Bump on any breaking change.
+pub const CRASH_SCHEMA_VERSION: u32 = 1;
+
+/// When, after the update returned, the filesystem is crashed.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema, IntoStaticStr, ValueEnum,
+)]
+#[strum(serialize_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
+pub enum CrashPoint {
+    /// Right after the update's last call returned.
+    Now,
+    /// After the filesystem's commit interval (ext4 `commit=`, 5 s by default; xfs
+    /// `xfssyncd_centisecs`, 30 s) and one second more.
+    AfterCommit,
+}
+
+impl CrashPoint {
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CrashStudy {
+    pub schema_version: u32,
+    pub fsprof_version: String,
+    pub kernel: String,
+    /// `uname -v` of the kernel the filesystems ran on.
+    pub kernel_build: String,
+    pub host: String,
+    /// Unix time the study started.
+    pub started: u64,
+    /// Trials per cell asked for (a cell of an interrupted study may have fewer).
+    pub trials: u32,
+    /// False while running and when interrupted: the file is still valid, just partial.
+    pub complete: bool,
+    pub cells: Vec<CrashCell>,
+    /// What each pattern costs the application, traced without a crash.
+    #[serde(default)]
+    pub costs: Vec<CrashCost>,
+}
+
+/// One pattern's updates traced on a fresh filesystem: what the application waits for
+/// (writeback it leaves for later is not in it).
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CrashCost {
+    pub fs: String,
+    pub mkfs_opts: String,
+    pub mount_opts: String,
+    pub pattern: Pattern,
+    /// Updates traced, each of its own file in its own directory.
+    pub updates: u32,
+    /// The time they took as the application measured it (its start and exit left out).
+    pub updates_ns: u64,
+    /// The trace of the process making them.
+    pub trace: TraceResult,
+}
+
+/// Events that mark a journal commit or a log force, by filesystem family.
+pub const COMMIT_EVENTS: &[&str] = &[
+    "jbd2:jbd2_start_commit",
+    "xfs:xfs_log_force",
+    "btrfs:btrfs_transaction_commit",
+];
+
+impl CrashCost {
+    /// Time per update, ns.
+    pub fn per_update_ns(&self) -> u64 {
+        self.updates_ns / u64::from(self.updates.max(1))
+    }
+
+    /// Latency of the pattern's syncs (fsync and fdatasync), if it made any.
+    pub fn sync_latency(&self) -> Option<&crate::aggregate::histogram::Summary> {
+        let rows = &self.trace.profile.syscalls;
+        rows.iter()
+            .filter(|r| r.name == "fsync" || r.name == "fdatasync")
+            .max_by_key(|r| r.count)
+            .map(|r| &r.latency)
+    }
+
+    /// Journal commits or log forces while it ran.
+    pub fn commits(&self) -> u64 {
+        let Some(f) = &self.trace.profile.fs_events else {
+            return 0;
+        };
+        f.events
+            .iter()
+            .filter(|e| COMMIT_EVENTS.contains(&e.name.as_str()))
+            .map(|e| e.count)
+            .sum()
+    }
+
+    /// Bytes written to the device, and cache flushes.
+    pub fn written_and_flushes(&self) -> (u64, u64) {
+        let block = &self.trace.profile.block;
+        let sum = |class: &str, f: fn(&crate::aggregate::block::BlockRow) -> u64| {
+            block
+                .iter()
+                .filter(|b| b.class == class)
+                .map(f)
+                .sum::<u64>()
+        };
+        (sum("write", |b| b.bytes), sum("flush", |b| b.issued))
+    }
+}
+
+impl CrashStudy {
+    /// Writes the study atomically: an interrupted write leaves the previous file.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        crate::os::write_atomic(path, &(serde_json::to_string_pretty(self)? + "\n"))
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CrashCell {
+    pub fs: String,
+    pub mkfs_opts: String,
+    pub mount_opts: String,
+    /// How the filesystem was crashed (`shutdown-ioctl`); cells of different methods are
+    /// never compared.
+    pub method: String,
+    pub pattern: Pattern,
+    pub point: CrashPoint,
+    /// Time between the update's return and the crash, ns.
+    pub wait_ns: u64,
+    /// POSIX promises the new content after this pattern.
+    pub durable: bool,
+    /// Trials by what the application found.
+    pub outcomes: BTreeMap<Outcome, u32>,
+    /// The mount after each crash (journal or log replay), ns.
+    pub recovery_ns: Vec<u64>,
+    /// The read-only fsck after each recovery, ns (empty when the filesystem has none).
+    pub fsck_ns: Vec<u64>,
+    /// Trials whose fsck found something to repair, and its first complaint.
+    pub fsck_unclean: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsck_detail: Option<String>,
+}
+
+impl CrashCell {
+    pub fn trials(&self) -> u32 {
+        self.outcomes.values().sum()
+    }
+
+    /// A durable pattern that lost the new content: a filesystem bug, or fsprof's.
+    pub fn broken_promise(&self) -> bool {
+        self.durable && self.outcomes.keys().any(|&o| o != Outcome::New)
+    }
+}

@@ -1,0 +1,304 @@
+//! The ways applications update a file, for the crash study: each pattern first leaves a
+//! durable old version (written, fsynced, its directory fsynced), then updates it the way
+//! real programs do, with or without the fsyncs that make the update durable. What a crash
+//! leaves of the file is then classified against the old and the new content.
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::Write,
+    os::unix::fs::FileExt,
+    path::Path,
+};
+
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use strum::{IntoStaticStr, VariantArray};
+
+/// The file an application cares about, and the temporary it writes first.
+pub const FILE: &str = "conf";
+const TMP: &str = "conf.tmp";
+/// Bytes of each version: several blocks, so a partial write shows as mixed content.
+const SIZE: usize = 64 << 10;
+
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    ValueEnum,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    IntoStaticStr,
+    VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// Write `conf.tmp`, rename it over `conf`; no fsync (the ext4 delayed-allocation case).
+    RenameNoFsync,
+    /// Write `conf.tmp`, fsync it, rename it over `conf`.
+    RenameFsync,
+    /// Write `conf.tmp`, fsync it, rename it over `conf`, fsync the directory: durable.
+    RenameFsyncDir,
+    /// Open `conf` with O_TRUNC and write the new content; no fsync.
+    TruncateWrite,
+    /// Append to `conf`; no fsync.
+    Append,
+    /// Append to `conf` and fdatasync it: durable (the size is data fdatasync keeps).
+    AppendFdatasync,
+    /// Create `conf` (none before), write, fsync it; the directory is not fsynced.
+    CreateFsync,
+    /// Overwrite `conf` in place, same length; no fsync.
+    Overwrite,
+}
+
+impl Pattern {
+    pub const ALL: &'static [Pattern] = <Pattern as strum::VariantArray>::VARIANTS;
+
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+
+    /// POSIX promises the new content once the pattern returns: a crash must never lose it.
+    pub fn durable(self) -> bool {
+        matches!(self, Pattern::RenameFsyncDir | Pattern::AppendFdatasync)
+    }
+
+    /// The content before the update (None: no file), and after it.
+    pub fn versions(self) -> (Option<Vec<u8>>, Vec<u8>) {
+        let (old, new) = (content(b"old "), content(b"NEW "));
+        match self {
+            Pattern::CreateFsync => (None, new),
+            Pattern::Append | Pattern::AppendFdatasync => {
+                let appended = [old.as_slice(), &new].concat();
+                (Some(old), appended)
+            }
+            _ => (Some(old), new),
+        }
+    }
+
+    /// Leaves the old version durable in `dir`.
+    pub fn prepare(self, dir: &Path) -> Result<()> {
+        if let (Some(old), _) = self.versions() {
+            write_file(&dir.join(FILE), &old, true)?;
+            fsync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the update, as an application would.
+    pub fn update(self, dir: &Path) -> Result<()> {
+        let (file, tmp) = (dir.join(FILE), dir.join(TMP));
+        let new = content(b"NEW ");
+        match self {
+            Pattern::RenameNoFsync | Pattern::RenameFsync | Pattern::RenameFsyncDir => {
+                write_file(&tmp, &new, self != Pattern::RenameNoFsync)?;
+                fs::rename(&tmp, &file).context("rename")?;
+                if self == Pattern::RenameFsyncDir {
+                    fsync_dir(dir)?;
+                }
+            }
+            Pattern::TruncateWrite => write_file(&file, &new, false)?,
+            Pattern::CreateFsync => write_file(&file, &new, true)?,
+            Pattern::Append | Pattern::AppendFdatasync => {
+                let mut f = OpenOptions::new().append(true).open(&file)?;
+                f.write_all(&new)?;
+                if self == Pattern::AppendFdatasync {
+                    f.sync_data().context("fdatasync")?;
+                }
+            }
+            Pattern::Overwrite => {
+                let f = OpenOptions::new().write(true).open(&file)?;
+                f.write_all_at(&new, 0)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Directory of the `i`th of many independent copies (the traced cost pass).
+pub fn copy_dir(dir: &Path, i: u32) -> std::path::PathBuf {
+    dir.join(format!("u{i}"))
+}
+
+/// Leaves `count` independent copies of the old version, each durable in its own directory.
+pub fn prepare_copies(pattern: Pattern, dir: &Path, count: u32) -> Result<()> {
+    for i in 0..count {
+        let d = copy_dir(dir, i);
+        fs::create_dir(&d)?;
+        pattern.prepare(&d)?;
+    }
+    fsync_dir(dir)
+}
+
+/// Updates every copy `prepare_copies` left (what `fsprof crash` traces for the cost);
+/// returns how long the updates took, the process's start and exit left out.
+pub fn update_copies(pattern: Pattern, dir: &Path, count: u32) -> Result<std::time::Duration> {
+    if let Ok(name) = std::ffi::CString::new(pattern.name()) {
+        let _ = rustix::thread::set_name(&name);
+    }
+    let start = std::time::Instant::now();
+    (0..count).try_for_each(|i| pattern.update(&copy_dir(dir, i)))?;
+    Ok(start.elapsed())
+}
+
+/// `SIZE` bytes of a recognisable text: "old 000000 old 000008 …" marks every 8 bytes.
+/// Made once per version: the cost pass times updates, not this.
+fn content(tag: &[u8; 4]) -> Vec<u8> {
+    use std::sync::OnceLock;
+    static OLD: OnceLock<Vec<u8>> = OnceLock::new();
+    static NEW: OnceLock<Vec<u8>> = OnceLock::new();
+    let make = || {
+        let mut out = Vec::with_capacity(SIZE);
+        while out.len() < SIZE {
+            out.extend_from_slice(tag);
+            out.extend_from_slice(format!("{:06x}\n", out.len() % 0x100_0000).as_bytes());
+        }
+        out.truncate(SIZE);
+        out
+    };
+    match tag {
+        b"old " => OLD.get_or_init(make).clone(),
+        b"NEW " => NEW.get_or_init(make).clone(),
+        _ => make(),
+    }
+}
+
+/// Creates or truncates `path`, writes `data`, fsyncs it if asked.
+fn write_file(path: &Path, data: &[u8], fsync: bool) -> Result<()> {
+    let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(data)?;
+    if fsync {
+        f.sync_all().context("fsync")?;
+    }
+    Ok(())
+}
+
+fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)?
+        .sync_all()
+        .context("fsync of the directory")
+}
+
+/// What the application finds after the crash.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    IntoStaticStr,
+    VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The new content, whole.
+    New,
+    /// The old content, whole (for a created file: still no file).
+    Old,
+    /// A file of length zero.
+    Empty,
+    /// The right length or less, all zero bytes.
+    Zeros,
+    /// Anything else: parts of both, a torn append, zeroed blocks within.
+    Mixed,
+    /// No file where there had been one.
+    Missing,
+    /// Reading it failed.
+    Error,
+}
+
+impl Outcome {
+    pub const ALL: &'static [Outcome] = <Outcome as strum::VariantArray>::VARIANTS;
+
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether the application lost its data: neither version is there whole.
+    pub fn is_loss(self) -> bool {
+        !matches!(self, Outcome::New | Outcome::Old)
+    }
+}
+
+/// Classifies `conf` in `dir` against the pattern's versions.
+pub fn classify(pattern: Pattern, dir: &Path) -> Outcome {
+    let (old, new) = pattern.versions();
+    let found = match fs::read(dir.join(FILE)) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return if old.is_none() {
+                Outcome::Old
+            } else {
+                Outcome::Missing
+            };
+        }
+        Err(_) => return Outcome::Error,
+    };
+    if found == new {
+        Outcome::New
+    } else if old.as_deref() == Some(found.as_slice()) {
+        Outcome::Old
+    } else if found.is_empty() {
+        Outcome::Empty
+    } else if found.iter().all(|&b| b == 0) {
+        Outcome::Zeros
+    } else {
+        Outcome::Mixed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("fsprof-crash-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn without_a_crash_every_pattern_leaves_the_new_version() {
+        for &p in Pattern::ALL {
+            let d = scratch(p.name());
+            p.prepare(&d).unwrap();
+            assert_eq!(classify(p, &d), Outcome::Old, "{p:?} before");
+            p.update(&d).unwrap();
+            assert_eq!(classify(p, &d), Outcome::New, "{p:?} after");
+            fs::remove_dir_all(&d).unwrap();
+        }
+    }
+
+    #[test]
+    fn damaged_files_are_told_apart() {
+        let d = scratch("damaged");
+        let p = Pattern::RenameNoFsync;
+        let path = d.join(FILE);
+        for (bytes, want) in [
+            (vec![], Outcome::Empty),
+            (vec![0u8; SIZE], Outcome::Zeros),
+            (
+                [&content(b"old ")[..SIZE / 2], &content(b"NEW ")[SIZE / 2..]].concat(),
+                Outcome::Mixed,
+            ),
+        ] {
+            fs::write(&path, bytes).unwrap();
+            assert_eq!(classify(p, &d), want);
+        }
+        fs::remove_file(&path).unwrap();
+        assert_eq!(classify(p, &d), Outcome::Missing);
+        fs::remove_dir_all(&d).unwrap();
+    }
+}

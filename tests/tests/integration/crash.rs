@@ -1,0 +1,199 @@
+//! The crash study on the host's kernel: ext4 and xfs crashed by the shutdown ioctl keep
+//! what the durable patterns wrote and lose what the others had not committed, fsck is run
+//! and timed; a commit interval is waited out; a filesystem without the ioctl is a one-line
+//! error; Ctrl-C mid-study leaves nothing behind and a valid partial file.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use fsprof::{
+    lab::{FsKind, LabOptions},
+    results::crash::{CrashPoint, CrashStudy},
+    run::crash::{CrashOptions, study},
+    workload::crash::{Outcome, Pattern},
+};
+use fsprof_tests::*;
+
+fn options(fs: &[FsKind], points: &[CrashPoint], trials: u32, mount_opts: &str) -> CrashOptions {
+    CrashOptions {
+        filesystems: fs.to_vec(),
+        patterns: Pattern::ALL.to_vec(),
+        points: points.to_vec(),
+        trials,
+        lab: LabOptions {
+            size: 512 << 20,
+            mount_opts: mount_opts.into(),
+            ..LabOptions::default()
+        },
+        cost_updates: 0,
+    }
+}
+
+fn run(opts: &CrashOptions) -> CrashStudy {
+    study(opts, |_| {}, |_| Ok(())).unwrap()
+}
+
+pub fn shutdown_keeps_durable_updates_and_loses_uncommitted_ones() {
+    let trials = 2;
+    let s = run(&options(
+        &[FsKind::Ext4, FsKind::Xfs],
+        &[CrashPoint::Now],
+        trials,
+        "",
+    ));
+    assert!(s.complete);
+    assert_eq!(s.cells.len(), 2 * Pattern::ALL.len());
+    for fs in ["ext4", "xfs"] {
+        let cells: Vec<_> = s.cells.iter().filter(|c| c.fs == fs).collect();
+        for c in &cells {
+            assert_eq!(c.trials(), trials, "{c:?}");
+            assert_eq!(c.method, "shutdown-ioctl");
+            // POSIX's promise, and the proof that what the test reads is what was written.
+            if c.durable {
+                assert_eq!(c.outcomes.get(&Outcome::New), Some(&trials), "{c:?}");
+            }
+            assert_eq!(c.recovery_ns.len(), trials as usize, "{c:?}");
+            assert_eq!(c.fsck_ns.len(), trials as usize, "{c:?}");
+            assert!(c.fsck_ns.iter().all(|&ns| ns > 0), "{c:?}");
+            assert_eq!(c.fsck_unclean, 0, "{c:?}");
+        }
+        // The crash really cut off what was not yet committed: an append nobody synced is
+        // gone at once on both (were the shutdown a clean unmount, it would be there).
+        let append = cells.iter().find(|c| c.pattern == Pattern::Append).unwrap();
+        assert_eq!(
+            append.outcomes.get(&Outcome::Old),
+            Some(&trials),
+            "{fs}: {append:?}"
+        );
+    }
+}
+
+pub fn after_the_commit_interval_ext4_has_committed_the_rename() {
+    // commit=1: the journal commits every second; the crash comes 2 s after the update.
+    let s = run(&options(
+        &[FsKind::Ext4],
+        &[CrashPoint::AfterCommit],
+        1,
+        "commit=1",
+    ));
+    for c in &s.cells {
+        assert!(c.wait_ns >= 2_000_000_000, "{c:?}");
+        assert_eq!(c.mount_opts, "commit=1");
+    }
+    let cell = |p: Pattern| s.cells.iter().find(|c| c.pattern == p).unwrap();
+    // ext4 allocates a file's delayed blocks when it is renamed over another
+    // (auto_da_alloc), so the commit carries the data with the rename: new content.
+    assert_eq!(
+        cell(Pattern::RenameNoFsync).outcomes.get(&Outcome::New),
+        Some(&1),
+        "{s:#?}"
+    );
+    assert_eq!(
+        cell(Pattern::RenameFsyncDir).outcomes.get(&Outcome::New),
+        Some(&1)
+    );
+}
+
+/// The cost pass traces each pattern's updates: the syncs it makes are what its code makes,
+/// each durable update forces journal commits and cache flushes, the unsafe one none.
+pub fn cost_pass_counts_the_syncs_each_pattern_makes() {
+    let updates: u32 = 20;
+    // The traced helper is fsprof's own binary: through the command line.
+    let dir = TempDir::new("crash-cost");
+    let json = dir.0.join("c.json");
+    let out = Command::new(fsprof_bin())
+        .args([
+            "crash", "--fs", "ext4", "--at", "now", "--trials", "1", "--size", "512M",
+        ])
+        .args([
+            "--pattern",
+            "rename-no-fsync,rename-fsync-dir,append-fdatasync",
+        ])
+        .args(["--cost-updates", &updates.to_string(), "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let s: CrashStudy = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(s.costs.len(), 3);
+    assert!(std::path::Path::new(&json.with_extension("csv")).exists());
+    for c in &s.costs {
+        let calls = |name: &str| {
+            let rows = &c.trace.profile.syscalls;
+            rows.iter().find(|r| r.name == name).map_or(0, |r| r.count)
+        };
+        // Per update: the code in workload::crash (independent of the tracer's figures).
+        let (fsyncs, fdatasyncs, renames) = match c.pattern {
+            Pattern::RenameNoFsync => (0, 0, 1),
+            Pattern::RenameFsyncDir => (2, 0, 1),
+            _ => (0, 1, 0),
+        };
+        let n = u64::from(updates);
+        assert_eq!(calls("fsync"), fsyncs * n, "{:?}", c.pattern);
+        assert_eq!(calls("fdatasync"), fdatasyncs * n, "{:?}", c.pattern);
+        assert_eq!(calls("rename"), renames * n, "{:?}", c.pattern);
+        assert!(
+            c.updates_ns > 0 && c.updates_ns < c.trace.wall_ns,
+            "{:?}",
+            c.pattern
+        );
+        let (_, flushes) = c.written_and_flushes();
+        if c.pattern.durable() {
+            assert!(c.commits() >= n, "{:?}: {} commits", c.pattern, c.commits());
+            assert!(flushes >= n, "{:?}: {flushes} flushes", c.pattern);
+            assert!(c.sync_latency().is_some_and(|l| l.count >= n));
+        } else {
+            assert_eq!(flushes, 0, "{:?}", c.pattern);
+            assert!(c.sync_latency().is_none());
+        }
+    }
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("what each pattern costs"), "{table}");
+}
+
+pub fn a_filesystem_the_host_cannot_crash_is_a_one_line_error() {
+    let out = Command::new(fsprof_bin())
+        .args(["crash", "--fs", "btrfs", "--trials", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot crash btrfs") && err.contains("--kernel"),
+        "{err}"
+    );
+}
+
+pub fn sigint_mid_crash_study_leaves_nothing_and_a_partial_file() {
+    let dir = TempDir::new("crash-sigint");
+    let json = dir.0.join("c.json");
+    let child = Command::new(fsprof_bin())
+        .args(["crash", "--fs", "ext4", "--at", "now,after-commit"])
+        .args(["--mount-opts", "commit=30", "--trials", "2", "--json"])
+        .arg(&json)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first trial (crash at once) is saved; the next waits out a 31 s commit interval
+    // with eight filesystems mounted: interrupt it there.
+    let start = Instant::now();
+    while !json.exists() && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let pid = child.id();
+    // SAFETY: our own child, not yet reaped.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGINT), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    let s: CrashStudy = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(!s.complete);
+    assert!(s.cells.iter().any(|c| c.trials() > 0), "{s:#?}");
+    assert_nothing_left_of(pid);
+}
