@@ -60,7 +60,7 @@ unsafe fn close_phase(t: *mut TaskState, ts: u64) -> Option<(u32, u64)> {
 unsafe fn close_on_cpu(t: *mut TaskState, ts: u64, exec: u64) {
     unsafe {
         let wall = ts.saturating_sub((*t).on_since);
-        let ran = charged(t, exec, wall);
+        let ran = charged(t, exec, wall).unwrap_or(wall);
         add_time(TimeClass::OnCpu as u32, ran);
         if wall > ran {
             add_time(TimeClass::Steal as u32, wall - ran);
@@ -69,17 +69,12 @@ unsafe fn close_on_cpu(t: *mut TaskState, ts: u64, exec: u64) {
     }
 }
 
-/// CPU time the scheduler charged `t` since `exec_in`, at most `span` (all of it when the
-/// start is unknown).
+/// CPU time the scheduler charged `t` since `exec_in`, at most `span`; None when
+/// `exec_in` is not known.
 #[inline(always)]
-unsafe fn charged(t: *const TaskState, exec: u64, span: u64) -> u64 {
-    unsafe {
-        if (*t).exec_in == EXEC_UNKNOWN {
-            span
-        } else {
-            exec.saturating_sub((*t).exec_in).min(span)
-        }
-    }
+unsafe fn charged(t: *const TaskState, exec: u64, span: u64) -> Option<u64> {
+    let from = unsafe { (*t).exec_in };
+    (from != EXEC_UNKNOWN).then(|| exec.saturating_sub(from).min(span))
 }
 
 /// A switch-out of `t` at `ts` whose switch-in was never traced: the kernel runs some
@@ -92,11 +87,7 @@ unsafe fn switch_in_unseen(t: *mut TaskState, ts: u64, exec: u64) {
     unsafe {
         count(Counter::SwitchInsUnseen);
         let span = ts.saturating_sub((*t).off_since);
-        let ran = if (*t).exec_in == EXEC_UNKNOWN {
-            0
-        } else {
-            charged(t, exec, span)
-        };
+        let ran = charged(t, exec, span).unwrap_or(0);
         if let Some((class, ns)) = close_phase(t, ts.saturating_sub(ran))
             && conf!(stacks) != 0
         {

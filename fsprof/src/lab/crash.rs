@@ -70,8 +70,7 @@ pub struct Fsck {
     pub detail: String,
 }
 
-/// The filesystem's checker in read-only mode on its (unmounted) device, and which exit
-/// codes mean "nothing to repair".
+/// The filesystem's checker and its read-only options (exit status 0: nothing to repair).
 fn fsck_command(kind: FsKind) -> Option<(&'static str, &'static [&'static str])> {
     match kind {
         FsKind::Ext2 | FsKind::Ext3 | FsKind::Ext4 => Some(("e2fsck", &["-f", "-n"])),
@@ -112,14 +111,6 @@ pub fn fsck(kind: FsKind, device: &Path) -> Result<Option<Fsck>> {
         clean,
         detail,
     }))
-}
-
-/// What one crash and recovery cost and found.
-#[derive(Clone, Debug)]
-pub struct Recovery {
-    /// The mount after the crash: the journal or log replay.
-    pub mount: Duration,
-    pub fsck: Option<Fsck>,
 }
 
 impl LabFs {

@@ -5,15 +5,15 @@
 use std::fmt::Write;
 
 use crate::{
+    analysis::stats,
     results::crash::{CrashCell, CrashCost, CrashStudy},
     units::{bytes, duration_ns},
     workload::crash::Outcome,
 };
 
+/// Median of a cell's per-trial times; None when there are none.
 fn median(v: &[u64]) -> Option<u64> {
-    let mut s = v.to_vec();
-    s.sort_unstable();
-    s.get(s.len() / 2).copied()
+    (!v.is_empty()).then(|| stats::median(v.to_vec()))
 }
 
 fn outcome_columns(c: &CrashCell) -> String {
