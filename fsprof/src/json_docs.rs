@@ -139,7 +139,7 @@ fn crash_json_is_documented() {
         schemars::schema_for!(CrashStudy),
         "docs/schema/crash.json",
         "# `fsprof crash --json`",
-        &["TraceResult"],
+        &["TraceResult", "VmFacts"],
     );
 }
 

@@ -81,6 +81,23 @@ pub fn schedstat(tid: u32) -> Option<[u64; 3]> {
     Some([f.next()??, f.next()??, f.next()??])
 }
 
+/// The machine's CPU time so far from /proc/stat's `cpu` line, ns: (user + nice of every
+/// process, steal). The kernel keeps it in USER_HZ ticks (10 ms), so it is fine over a run of
+/// many cells, coarse over one short cell.
+pub fn machine_cpu() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = s.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let hz = rustix::param::clock_ticks_per_second().max(1);
+    let ns = |ticks: u64| ticks * (1_000_000_000 / hz);
+    // user nice system idle iowait irq softirq steal …
+    Some((ns(f.first()? + f.get(1)?), ns(*f.get(7)?)))
+}
+
 /// The machine's name (/proc/sys/kernel/hostname).
 pub fn hostname() -> String {
     read_trimmed("/proc/sys/kernel/hostname").unwrap_or_default()

@@ -216,6 +216,40 @@ pub struct TraceResult {
     /// unwind, verify, attach, fs_events, preload, collect, stacks): its start-up and tear-down cost.
     #[serde(default)]
     pub own_time_ns: std::collections::BTreeMap<String, u64>,
+    /// What the whole machine did meanwhile; null when /proc/stat could not be read.
+    #[serde(default)]
+    pub machine: Option<MachineLoad>,
+}
+
+/// The whole machine's CPU time while the target ran (/proc/stat, 10 ms ticks): user time of
+/// every process, the target's included and the servers it also follows (pgbench's
+/// PostgreSQL) left out, and time the hypervisor stole. `compare` takes the target's own user
+/// time off to see whether the machine was as quiet on both sides.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MachineLoad {
+    pub user_ns: u64,
+    pub steal_ns: u64,
+}
+
+impl MachineLoad {
+    /// The machine's figures since `before`, the followed servers' user time (`servers`
+    /// ns then) left out.
+    fn since(before: Option<(u64, u64)>, servers: u64, also: &[u32]) -> Option<MachineLoad> {
+        let ((u0, s0), (u1, s1)) = (before?, os::machine_cpu()?);
+        let served = followed_user_ns(also).saturating_sub(servers);
+        Some(MachineLoad {
+            user_ns: u1.saturating_sub(u0).saturating_sub(served),
+            steal_ns: s1.saturating_sub(s0),
+        })
+    }
+}
+
+/// User time of processes followed beside the command (a step's server) so far, ns.
+fn followed_user_ns(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|&p| target::process_cpu(p))
+        .map(|(user, _)| ns(user))
+        .sum()
 }
 
 impl TraceResult {
@@ -364,6 +398,7 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
                 probes.follow_running(tid, state)?;
             }
             let start = Instant::now();
+            let machine = os::machine_cpu();
             while target::alive(pid)
                 && signals::received().is_none()
                 && opts.duration.is_none_or(|d| start.elapsed() < d)
@@ -371,6 +406,7 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
                 thread::sleep(Duration::from_millis(50));
             }
             result.wall_ns = ns(start.elapsed());
+            result.machine = MachineLoad::since(machine, 0, &[]);
             if let (Some((u0, s0)), Some((u1, s1))) = (before, target::process_cpu(pid)) {
                 result.user_ns = ns(u1.saturating_sub(u0));
                 result.sys_ns = ns(s1.saturating_sub(s0));
@@ -391,7 +427,9 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
             let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
             let pid = held.pid();
             probes.follow(pid, false)?;
+            let (machine, servers) = (os::machine_cpu(), followed_user_ns(&opts.also_follow));
             let exit = held.run()?;
+            result.machine = MachineLoad::since(machine, servers, &opts.also_follow);
             probes.await_final_switch(pid);
             result.exit_code = exit.code;
             result.exit_signal = exit.signal;

@@ -110,6 +110,20 @@ fn flagged(c: &Value) -> Vec<&Value> {
         .collect()
 }
 
+/// The machine check of a comparison: the CPUs others took on each side, and the flags
+/// set aside when they differed.
+fn machine(c: &Value) -> String {
+    let m = &c["machine"];
+    match (m["base_cpus"].as_f64(), m["new_cpus"].as_f64()) {
+        (Some(b), Some(n)) if m["differed"] == true => format!(
+            " (machine differed: {b:.2} vs {n:.2} CPUs taken by others, {} flags set aside)",
+            m["set_aside"]
+        ),
+        (Some(b), Some(n)) => format!(" (machine alike: {b:.2} vs {n:.2} CPUs taken by others)"),
+        _ => String::new(),
+    }
+}
+
 fn describe(r: &Value) -> String {
     format!(
         "{} {} {} {:+.0} % q {:.3} {}",
@@ -204,10 +218,11 @@ fn aa_report(aa: &[(PathBuf, PathBuf)], report: &mut String) -> Result<()> {
         false_flags += f.len();
         let _ = writeln!(
             report,
-            "A/A round {}: {} figures tested, {} flagged{}",
+            "A/A round {}: {} figures tested, {} flagged{}{}",
             i + 1,
             c["rule"]["figures"],
             f.len(),
+            machine(&c),
             lines(f.into_iter())
         );
     }
@@ -235,11 +250,12 @@ fn ab_report(plan: &Plan, ab: &[(PathBuf, PathBuf)], report: &mut String) -> Res
         cells.dedup();
         let _ = writeln!(
             report,
-            "A/B round {}: {} flagged ({} regressions) in {} cells; found in every expected step ({}): {}{}",
+            "A/B round {}: {} flagged ({} regressions) in {} cells{}; found in every expected step ({}): {}{}",
             i + 1,
             f.len(),
             f.iter().filter(|r| r["verdict"] == "regression").count(),
             cells.len(),
+            machine(&c),
             plan.expect.join(", "),
             if expected { "yes" } else { "NO" },
             lines(f.iter().copied().filter(in_expected))

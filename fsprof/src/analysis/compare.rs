@@ -9,7 +9,8 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 
 use super::{
-    metrics::{Metric, Unit, cell_metrics},
+    machine::{self, MachineCheck},
+    metrics::{Kind, Metric, Unit, cell_metrics},
     stats::mean,
     verdict::{self, Judged, KindSpread},
 };
@@ -44,6 +45,10 @@ pub struct Row {
     /// Inconclusive: passes a side that would settle it (absent: more than 50).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub passes_needed: Option<u32>,
+    /// Flagged by the rule, but the machine differed between the sides (`machine`) and the
+    /// figure is a time that includes waiting: inconclusive; omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub machine_differed: bool,
     /// The figure in each pass of each side.
     pub base_values: Vec<f64>,
     pub new_values: Vec<f64>,
@@ -69,6 +74,9 @@ pub struct Comparison {
     pub rows: Vec<Row>,
     /// Differences between the runs that are not a result: kernels, mount options, …
     pub notes: Vec<String>,
+    /// Whether the machine was as quiet on both sides; null when a results file has no
+    /// record of the machine, and in `explain`, whose sides are one run.
+    pub machine: Option<MachineCheck>,
 }
 
 impl Comparison {
@@ -307,6 +315,7 @@ fn row(fs: &str, step: &str, (b, n, aliases): &(Metric, Metric, Vec<String>), j:
         n_new: n.values.len(),
         verdict: j.verdict.unwrap_or(Verdict::Unchanged),
         passes_needed: j.passes_needed,
+        machine_differed: false,
         base_values: b.values.clone(),
         new_values: n.values.clone(),
     }
@@ -335,10 +344,39 @@ pub fn compare(base: &[RunResult], new: &[RunResult], opts: &CompareOptions) -> 
             new: runs(new, fs, step),
         })
         .collect();
-    Ok(Comparison {
+    let mut c = Comparison {
         notes,
+        machine: machine::check(
+            cells.iter().flat_map(|c| c.base.iter().copied()),
+            cells.iter().flat_map(|c| c.new.iter().copied()),
+        ),
         ..judge_cells(&cells, opts)
-    })
+    };
+    if let Some(m) = c.machine.as_mut().filter(|m| m.differed) {
+        m.set_aside = set_aside_the_machines(&mut c.rows);
+        c.notes.push(m.describe());
+    }
+    Ok(c)
+}
+
+/// With a machine that differed, every flag of a figure that includes waiting (wall, the
+/// time classes, syncfs, latencies, throughput, waits) becomes inconclusive: the others took
+/// CPUs from the target and from the kernel threads it waits for (a starved jbd2 made ext4's
+/// `db` 8× slower beside two busy loops). The CPU time the work itself took (user, sys,
+/// kernel background) keeps its verdict. Returns how many were set aside.
+fn set_aside_the_machines(rows: &mut [Row]) -> usize {
+    let cpu_time: [&str; 3] = [Kind::User, Kind::Sys, Kind::KernelBg].map(<&str>::from);
+    let mut n = 0;
+    for r in rows.iter_mut().filter(|r| {
+        matches!(r.verdict, Verdict::Regression | Verdict::Improvement)
+            && !cpu_time.contains(&r.kind)
+    }) {
+        r.verdict = Verdict::Inconclusive;
+        r.passes_needed = None;
+        r.machine_differed = true;
+        n += 1;
+    }
+    n
 }
 
 /// One cell's passes on each side.
@@ -374,12 +412,56 @@ pub fn judge_cells(cells: &[CellPair], opts: &CompareOptions) -> Comparison {
             .map(|((c, p), j)| row(&c.fs, &c.step, p, j))
             .collect(),
         notes: Vec::new(),
+        machine: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn flagged(metric: &str, kind: &'static str) -> Row {
+        Row {
+            fs: "ext4".into(),
+            step: "cpu".into(),
+            metric: metric.into(),
+            aliases: Vec::new(),
+            kind,
+            unit: "ns",
+            base: 1e6,
+            new: 2e6,
+            change_pct: None,
+            ci_pct: None,
+            p: Some(0.0),
+            q: Some(0.0),
+            n_base: 3,
+            n_new: 3,
+            verdict: Verdict::Regression,
+            passes_needed: None,
+            machine_differed: false,
+            base_values: Vec::new(),
+            new_values: Vec::new(),
+        }
+    }
+
+    /// A busier machine: the flags of waits go, those of CPU time stay.
+    #[test]
+    fn the_machine_explains_waits_not_cpu_time() {
+        let mut rows = vec![
+            flagged("run-queue", "time_class"),
+            flagged("wall", "wall"),
+            flagged("fdatasync p99", "latency_p99"),
+            flagged("sys", "sys"),
+        ];
+        assert_eq!(set_aside_the_machines(&mut rows), 3);
+        let kept: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.verdict == Verdict::Regression)
+            .map(|r| r.metric.as_str())
+            .collect();
+        assert_eq!(kept, ["sys"]);
+        assert!(rows[..3].iter().all(|r| r.machine_differed));
+    }
 
     #[test]
     fn a_vm_run_is_not_compared_with_a_bare_metal_one() {

@@ -3,6 +3,7 @@
 
 pub mod compare;
 pub mod explain;
+pub mod machine;
 pub mod metrics;
 pub mod stats;
 pub mod verdict;

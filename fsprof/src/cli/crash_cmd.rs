@@ -6,19 +6,22 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Result;
 use clap::Args;
 
-use super::args::{LabArgs, parse_fs};
+use super::args::{LabArgs, VmArgs, parse_fs};
 use crate::{
     lab::FsKind,
     report,
     results::crash::{CrashPoint, CrashStudy},
-    run::crash::{self, CrashOptions},
+    run::{
+        crash::{self, CrashOptions},
+        crash_vm::CrashVm,
+    },
     workload::crash::Pattern,
 };
 
 #[derive(Args)]
 pub struct CrashArgs {
     /// Comma-separated filesystems; on the host those with a shutdown ioctl (ext4, xfs,
-    /// f2fs).
+    /// f2fs), in a VM (`--kernel`) every one its kernel has.
     #[arg(long, value_delimiter = ',', value_parser = parse_fs, default_value = "ext4,xfs")]
     fs: Vec<FsKind>,
     /// Comma-separated update patterns (default: all).
@@ -40,6 +43,10 @@ pub struct CrashArgs {
     cost_updates: u32,
     #[command(flatten)]
     lab: LabArgs,
+    /// With a kernel other than `host`: crash by cutting a VM's power (qemu killed; what
+    /// its disks acknowledged stays), for every filesystem.
+    #[command(flatten)]
+    vm: VmArgs,
     /// Results file (JSON; a CSV is written beside it).
     #[arg(long, default_value = "fsprof-crash.json")]
     json: PathBuf,
@@ -47,6 +54,14 @@ pub struct CrashArgs {
 
 pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
     crate::signals::install();
+    let vm = match &a.vm.guest_kernels(&a.lab.dir)?[..] {
+        [] => None,
+        [kernel] => Some(CrashVm {
+            kernel: kernel.clone(),
+            config: a.vm.config(),
+        }),
+        _ => anyhow::bail!("crash takes one --kernel: studies of two kernels are two studies"),
+    };
     let opts = CrashOptions {
         filesystems: a.fs.clone(),
         patterns: if a.pattern.is_empty() {
@@ -58,6 +73,7 @@ pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
         trials: a.trials,
         lab: a.lab.options(),
         cost_updates: a.cost_updates,
+        vm,
     };
     crash::validate(&opts)?;
     let mut last: Option<CrashStudy> = None;

@@ -75,6 +75,12 @@ enum Cmd {
         #[arg(long)]
         elapsed_to: std::path::PathBuf,
     },
+    /// In a VM of `crash --kernel`: one boot's part of the study (the plan in the share).
+    #[command(hide = true)]
+    CrashGuest {
+        #[arg(long)]
+        plan: std::path::PathBuf,
+    },
     /// Run one built-in workload step in this process (what `run` traces).
     #[command(hide = true)]
     Workload {
@@ -108,7 +114,7 @@ fn list(vm: &args::VmArgs, dir: &std::path::Path) -> Result<ExitCode> {
     );
     for kernel in kernels {
         std::fs::create_dir_all(&share)?;
-        let ran = vm::guest::run(&kernel, &vm.config(), &[&share], None, &script);
+        let ran = vm::guest::run(&kernel, &vm.config(), &[&share], &[], None, &script);
         let listed = std::fs::read_to_string(share.join("list.txt"));
         let _ = std::fs::remove_dir_all(&share);
         ran?;
@@ -164,6 +170,10 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         } => {
             let took = workload::crash::update_copies(pattern, &std::env::current_dir()?, count)?;
             std::fs::write(elapsed_to, took.as_nanos().to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::CrashGuest { plan } => {
+            crate::run::crash_vm::guest_boot(&plan)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Workload { step, ctx } => {

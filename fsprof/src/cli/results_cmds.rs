@@ -107,7 +107,8 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 0.01)]
     alpha: f64,
     /// Exit with status 1 when a regression is flagged (for CI); inconclusive changes do not
-    /// fail.
+    /// fail; 3 when nothing regressed but flags were set aside because the machine differed
+    /// between the sides (the gate cannot say: run again on a quiet machine).
     #[arg(long)]
     fail_on_regression: bool,
     /// Show every figure, not only the flagged ones.
@@ -186,10 +187,14 @@ pub fn compare_cmd(a: CompareArgs) -> Result<ExitCode> {
         print!("{}", report::compare_table::render(c, a.all));
     }
     let regressed = all.iter().any(|c| c.regressions().next().is_some());
-    Ok(if a.fail_on_regression && regressed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
+    // Flags set aside because the machine differed: the gate cannot say (run it again).
+    let unjudged = all
+        .iter()
+        .any(|c| c.machine.as_ref().is_some_and(|m| m.set_aside > 0));
+    Ok(match (a.fail_on_regression, regressed, unjudged) {
+        (true, true, _) => ExitCode::from(1),
+        (true, false, true) => ExitCode::from(3),
+        _ => ExitCode::SUCCESS,
     })
 }
 

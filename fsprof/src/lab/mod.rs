@@ -111,14 +111,37 @@ impl LabFs {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
+        Self::mounted(kind, backing, &tag, &opts.mount_opts, mkfs_time)
+    }
+
+    /// Mounts the filesystem already on `device` (a crashed one replays its journal here:
+    /// `mount_time` is its recovery), without making a new one.
+    pub fn existing(kind: FsKind, device: &Path, mount_opts: &str) -> Result<LabFs> {
+        kind.check_available()?;
+        let tag = instance_tag(kind);
+        let backing = Backing::User(device.to_path_buf());
+        Self::mounted(kind, backing, &tag, mount_opts, Duration::ZERO)
+    }
+
+    fn mounted(
+        kind: FsKind,
+        backing: Backing,
+        tag: &str,
+        mount_opts: &str,
+        mkfs_time: Duration,
+    ) -> Result<LabFs> {
+        let dev = match &backing {
+            Backing::Loop { device, .. } => device.path.clone(),
+            Backing::User(p) => p.clone(),
+        };
         let target = Path::new(MOUNT_ROOT).join(format!(
             "{}{}-{tag}",
             loopdev::IMAGE_PREFIX,
             std::process::id(),
         ));
         let (mount, mount_time) = match kind {
-            FsKind::Ntfs => mount_ntfs3g(&dev, &target, &opts.mount_opts)?,
-            _ => Mount::new(&dev, &target, kind.kernel_name(), &opts.mount_opts)?,
+            FsKind::Ntfs => mount_ntfs3g(&dev, &target, mount_opts)?,
+            _ => Mount::new(&dev, &target, kind.kernel_name(), mount_opts)?,
         };
         Ok(LabFs {
             kind,
@@ -126,7 +149,7 @@ impl LabFs {
             backing,
             mkfs_time,
             mount_time,
-            mount_opts: opts.mount_opts.clone(),
+            mount_opts: mount_opts.to_string(),
         })
     }
 

@@ -15,6 +15,7 @@ fn value(r: &Row, v: f64) -> String {
 
 fn verdict(r: &Row) -> String {
     match (r.verdict, r.passes_needed) {
+        _ if r.machine_differed => "inconclusive: machine differed".into(),
         (Verdict::Regression, _) => "REGRESSION".into(),
         (Verdict::Improvement, _) => "improvement".into(),
         (Verdict::Inconclusive, Some(n)) => format!("inconclusive: {n} passes a side"),
@@ -44,7 +45,7 @@ pub fn header(c: &Comparison) -> String {
         .filter(|k| k.prior_df != Some(0.0))
         .map(|k| format!("{} ±{:.0} %", k.kind, k.typical_pct))
         .collect();
-    format!(
+    let mut o = format!(
         "fsprof compare: {} figures of {} cells tested, each once ({} aliases merged); flagged when \
          |change| ≥ {:.1} % and Benjamini–Hochberg q ≤ {} over all {}: if nothing changed, ~{} \
          false flags expected (a flag at all in ≤ {:.0} % of comparisons), else ≤ {:.0} % of the flags \
@@ -64,7 +65,16 @@ pub fn header(c: &Comparison) -> String {
         } else {
             spread.join(", ")
         }
-    )
+    );
+    // A machine that differed is a note, with what it set aside.
+    if let Some(m) = c.machine.as_ref().filter(|m| !m.differed) {
+        let _ = writeln!(
+            o,
+            "the machine was alike: other processes and the hypervisor took {:.2} CPUs during base, {:.2} during new",
+            m.base_cpus, m.new_cpus
+        );
+    }
+    o
 }
 
 pub fn cells_of(r: &Row) -> Vec<String> {

@@ -45,6 +45,9 @@ pub fn render(study: &CrashStudy) -> String {
             " (INTERRUPTED: partial)"
         }
     );
+    if let Some(vm) = &study.vm {
+        let _ = writeln!(o, "{}", vm.describe());
+    }
     let mut groups: Vec<(&str, &str, &str, &str)> = Vec::new();
     for c in &study.cells {
         let key = (

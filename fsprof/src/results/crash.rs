@@ -55,6 +55,9 @@ pub struct CrashStudy {
     /// What each pattern costs the application, traced without a crash.
     #[serde(default)]
     pub costs: Vec<CrashCost>,
+    /// The VM whose power was cut (`--kernel`); null on the host.
+    #[serde(default)]
+    pub vm: Option<crate::results::VmFacts>,
 }
 
 /// One pattern's updates traced on a fresh filesystem: what the application waits for

@@ -12,6 +12,7 @@ use std::{
 };
 
 use anyhow::{Result, bail};
+use serde::{Deserialize, Serialize};
 
 use crate::{
     lab::{
@@ -25,7 +26,7 @@ use crate::{
     workload::crash::{Outcome, Pattern, classify, prepare_copies},
 };
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct CrashOptions {
     pub filesystems: Vec<FsKind>,
     pub patterns: Vec<Pattern>,
@@ -34,6 +35,8 @@ pub struct CrashOptions {
     pub lab: LabOptions,
     /// Updates traced per pattern for its cost (0: no cost pass).
     pub cost_updates: u32,
+    /// Crash by cutting this VM's power instead of the host's shutdown ioctl.
+    pub vm: Option<super::crash_vm::CrashVm>,
 }
 
 /// One pattern's filesystem in a trial, and when its update returned.
@@ -44,11 +47,14 @@ struct Slot {
 }
 
 /// What one pattern's trial found.
-struct Trial {
-    outcome: Outcome,
-    wait: Duration,
-    recovery: Duration,
-    fsck: Option<crate::lab::crash::Fsck>,
+#[derive(Serialize, Deserialize)]
+pub(super) struct Trial {
+    pub outcome: Outcome,
+    /// From the update's return to the crash.
+    pub wait: Duration,
+    /// The mount that replayed the journal; None when it failed.
+    pub recovery: Option<Duration>,
+    pub fsck: Option<crate::lab::crash::Fsck>,
 }
 
 /// Runs the study; `progress` gets a line per trial, `save` the study after each (so an
@@ -58,14 +64,6 @@ pub fn study(
     mut progress: impl FnMut(&str),
     mut save: impl FnMut(&CrashStudy) -> Result<()>,
 ) -> Result<CrashStudy> {
-    let methods: Vec<CrashMethod> = opts
-        .filesystems
-        .iter()
-        .map(|&k| {
-            k.check_available()?;
-            CrashMethod::on_host(k)
-        })
-        .collect::<Result<_>>()?;
     let mut out = CrashStudy {
         schema_version: CRASH_SCHEMA_VERSION,
         fsprof_version: env!("CARGO_PKG_VERSION").into(),
@@ -76,6 +74,35 @@ pub fn study(
         trials: opts.trials,
         ..CrashStudy::default()
     };
+    match &opts.vm {
+        Some(vm) => {
+            out.kernel = vm.kernel.release.clone();
+            out.kernel_build = String::new();
+            out.vm = Some(vm.facts());
+            super::crash_vm::study(opts, vm, &mut out, &mut progress, &mut save)?;
+        }
+        None => on_host(opts, &mut out, &mut progress, &mut save)?,
+    }
+    out.complete = true;
+    save(&out)?;
+    Ok(out)
+}
+
+/// The study on the host's kernel, crashed by the shutdown ioctl.
+fn on_host(
+    opts: &CrashOptions,
+    out: &mut CrashStudy,
+    progress: &mut dyn FnMut(&str),
+    save: &mut dyn FnMut(&CrashStudy) -> Result<()>,
+) -> Result<()> {
+    let methods: Vec<CrashMethod> = opts
+        .filesystems
+        .iter()
+        .map(|&k| {
+            k.check_available()?;
+            CrashMethod::on_host(k)
+        })
+        .collect::<Result<_>>()?;
     for (&kind, &method) in opts.filesystems.iter().zip(&methods) {
         for &pattern in opts.patterns.iter().filter(|_| opts.cost_updates > 0) {
             signals::check()?;
@@ -86,7 +113,7 @@ pub fn study(
                 crate::units::duration_ns(c.per_update_ns())
             ));
             out.costs.push(c);
-            save(&out)?;
+            save(out)?;
         }
         for &point in &opts.points {
             let first = out.cells.len();
@@ -108,16 +135,14 @@ pub fn study(
                     ));
                     record(cell, &t);
                 }
-                save(&out)?;
+                save(out)?;
             }
         }
     }
-    out.complete = true;
-    save(&out)?;
-    Ok(out)
+    Ok(())
 }
 
-fn empty_cell(
+pub(super) fn empty_cell(
     opts: &CrashOptions,
     kind: FsKind,
     method: CrashMethod,
@@ -141,10 +166,12 @@ fn empty_cell(
     }
 }
 
-fn record(cell: &mut CrashCell, t: &Trial) {
+pub(super) fn record(cell: &mut CrashCell, t: &Trial) {
     *cell.outcomes.entry(t.outcome).or_default() += 1;
     cell.wait_ns = cell.wait_ns.max(t.wait.as_nanos() as u64);
-    cell.recovery_ns.push(t.recovery.as_nanos() as u64);
+    if let Some(r) = t.recovery {
+        cell.recovery_ns.push(r.as_nanos() as u64);
+    }
     if let Some(f) = &t.fsck {
         cell.fsck_ns.push(f.took.as_nanos() as u64);
         if !f.clean {
@@ -200,7 +227,7 @@ fn crash_and_look(s: &mut Slot, method: CrashMethod) -> Result<Trial> {
     Ok(Trial {
         outcome,
         wait,
-        recovery,
+        recovery: Some(recovery),
         fsck,
     })
 }
@@ -208,7 +235,7 @@ fn crash_and_look(s: &mut Slot, method: CrashMethod) -> Result<Trial> {
 /// Traces `cost_updates` updates of `pattern` on a fresh filesystem, each of its own
 /// durable old version: what the application waits for. The writeback it leaves behind is
 /// not synced into the trace: that is the price the unsafe patterns defer.
-fn cost(opts: &CrashOptions, kind: FsKind, pattern: Pattern) -> Result<CrashCost> {
+pub(super) fn cost(opts: &CrashOptions, kind: FsKind, pattern: Pattern) -> Result<CrashCost> {
     let fs = LabFs::create(kind, &opts.lab)?;
     let dir = fs.mountpoint().to_path_buf();
     prepare_copies(pattern, &dir, opts.cost_updates)?;
@@ -253,7 +280,7 @@ fn cost(opts: &CrashOptions, kind: FsKind, pattern: Pattern) -> Result<CrashCost
 }
 
 /// Sleeps `d`, stopping at once with an error when a signal arrives.
-fn sleep_checked(d: Duration) -> Result<()> {
+pub(super) fn sleep_checked(d: Duration) -> Result<()> {
     let end = Instant::now() + d;
     while Instant::now() < end {
         signals::check()?;

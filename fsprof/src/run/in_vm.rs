@@ -142,7 +142,7 @@ fn preflight(opts: &RunOptions) -> Result<(String, std::path::PathBuf)> {
 }
 
 /// What the results say about the VMs.
-fn vm_facts(kernels: &[GuestKernel], labels: &[String], cfg: &VmConfig) -> VmFacts {
+pub(super) fn vm_facts(kernels: &[GuestKernel], labels: &[String], cfg: &VmConfig) -> VmFacts {
     VmFacts {
         kernels: kernels
             .iter()
@@ -373,7 +373,8 @@ fn boot(
         kernel,
         cfg,
         &[&scratch.share, &opts.image_dir],
-        Some(&scratch.disk),
+        &[&scratch.disk],
+        None,
         &script,
     )
 }

@@ -51,11 +51,18 @@ pub const DISK_CACHE: &str = "none";
 /// The guest's name for the test disk.
 pub const GUEST_DISK: &str = "/dev/vda";
 
+/// The guest's name for the `i`th disk given to `run` (virtio-blk, in command-line order).
+pub fn guest_disk(i: usize) -> String {
+    format!("/dev/vd{}", (b'a' + i as u8) as char)
+}
+
 pub struct GuestRun {
     pub status: Option<i32>,
     /// From starting qemu to the first line of the script (the boot).
     pub boot: Option<Duration>,
     pub wall: Duration,
+    /// The guest asked for its power to be cut and was killed.
+    pub power_cut: bool,
 }
 
 /// A guest that prints nothing for this long is taken as hung and stopped: a Debian 6.1
@@ -111,12 +118,16 @@ impl std::error::Error for Stalled {}
 const STARTED: &str = ".fsprof-guest-started";
 
 /// Runs `script` (sh) in a VM with `kernel`; its cwd is the first of `shares` (host
-/// directories the guest may write).
+/// directories the guest may write); `disks` are its virtio-blk disks (`guest_disk`). When
+/// the file `power_cut` appears, the VM is killed at once (SIGKILL to qemu): the guest's
+/// memory is lost, and what its disks acknowledged (cache=none: written by the host,
+/// which does not crash) stays.
 pub fn run(
     kernel: &GuestKernel,
     cfg: &VmConfig,
     shares: &[&Path],
-    disk: Option<&Path>,
+    disks: &[&Path],
+    power_cut: Option<&Path>,
     script: &str,
 ) -> Result<GuestRun> {
     signals::install();
@@ -144,11 +155,14 @@ pub fn run(
     if cfg.accel == Accel::Tcg {
         cmd.arg("--disable-kvm");
     }
-    if let Some(d) = disk {
+    for d in disks {
         cmd.arg(format!(
             "--qemu-opts=-drive file={},if=virtio,cache={DISK_CACHE},format=raw",
             d.display()
         ));
+    }
+    if let Some(cut) = power_cut {
+        let _ = std::fs::remove_file(cut);
     }
     let started = Instant::now();
     let t0 = SystemTime::now();
@@ -171,11 +185,11 @@ pub fn run(
         .map(|e| relay_in_thread(e, &last, started));
     // Under KVM a guest that boots at all starts the script in seconds.
     let boot_limit = (cfg.accel == Accel::Kvm).then_some((KVM_BOOT_LIMIT, stamp.as_path()));
-    let status = wait(&mut child, &last, started, boot_limit);
+    let status = wait(&mut child, &last, started, boot_limit, power_cut);
     for relay in [out, err].into_iter().flatten() {
         let _ = relay.join();
     }
-    let status = status?;
+    let (status, power_cut) = status?;
     let boot = std::fs::metadata(&stamp)
         .and_then(|m| m.modified())
         .ok()
@@ -185,6 +199,7 @@ pub fn run(
         status,
         boot,
         wall: started.elapsed(),
+        power_cut,
     })
 }
 
@@ -243,13 +258,15 @@ fn kvm_no_boot() -> String {
 
 /// Waits for the VM; on a signal, when it has printed nothing for `stall_limit`, or when
 /// `boot_limit` passed without the script's stamp, stops its whole process group (TERM,
-/// then KILL).
+/// then KILL); when `power_cut` appears, kills it at once. Returns its exit status and
+/// whether its power was cut.
 fn wait(
     child: &mut Child,
     last: &AtomicU64,
     started: Instant,
     boot_limit: Option<(Duration, &Path)>,
-) -> Result<Option<i32>> {
+    power_cut: Option<&Path>,
+) -> Result<(Option<i32>, bool)> {
     let group = rustix::process::Pid::from_raw(child.id() as i32).context("child pid")?;
     let limit = stall_limit();
     let stop = |child: &mut Child| -> Result<()> {
@@ -263,10 +280,15 @@ fn wait(
         Ok(())
     };
     loop {
+        if power_cut.is_some_and(Path::exists) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            let _ = child.wait();
+            return Ok((None, true));
+        }
         if let Some(st) = child.try_wait()? {
             // Nothing of the VM may outlive it (qemu may run under vng's pid or beside it).
             let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-            return Ok(st.code());
+            return Ok((st.code(), false));
         }
         if let Some(sig) = signals::received() {
             stop(child)?;
@@ -286,7 +308,12 @@ fn wait(
             stop(child)?;
             bail!("{}", kvm_no_boot());
         }
-        thread::sleep(Duration::from_millis(100));
+        // Often enough that a power cut follows the guest's request within milliseconds.
+        thread::sleep(Duration::from_millis(if power_cut.is_some() {
+            5
+        } else {
+            100
+        }));
     }
 }
 

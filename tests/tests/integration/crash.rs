@@ -28,6 +28,7 @@ fn options(fs: &[FsKind], points: &[CrashPoint], trials: u32, mount_opts: &str) 
             ..LabOptions::default()
         },
         cost_updates: 0,
+        vm: None,
     }
 }
 
@@ -178,13 +179,20 @@ pub fn sigint_mid_crash_study_leaves_nothing_and_a_partial_file() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The first trial (crash at once) is saved; the next waits out a 31 s commit interval
-    // with eight filesystems mounted: interrupt it there.
+    // Once the first trial (crash at once) is saved, the next ones wait out a 31 s commit
+    // interval with eight filesystems mounted: interrupt them there. (The file appears
+    // earlier, with the cost pass: a fixed sleep after it raced the trials under load.)
+    let trial_saved = || {
+        std::fs::read_to_string(&json)
+            .ok()
+            .and_then(|t| serde_json::from_str::<CrashStudy>(&t).ok())
+            .is_some_and(|s| s.cells.iter().any(|c| c.trials() > 0))
+    };
     let start = Instant::now();
-    while !json.exists() && start.elapsed() < Duration::from_secs(60) {
+    while !trial_saved() && start.elapsed() < Duration::from_secs(120) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(1));
     let pid = child.id();
     // SAFETY: our own child, not yet reaped.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };

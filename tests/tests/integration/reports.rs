@@ -1,7 +1,8 @@
 //! Reports for people, on real runs: the HTML report renders in headless Chromium with every
 //! chart drawn and no script error; compare flags nothing against itself and flags a step
 //! made slower on purpose (and exits non-zero for CI); two identical runs flag at most one
-//! figure and ext4's data=journal is found where it costs; explain names I/O wait and the
+//! figure and ext4's data=journal is found where it costs; a busier machine is named, its waits
+//! not flagged; explain names I/O wait and the
 //! write path for a direct-I/O writer; broken inputs give one-line errors.
 
 use std::{
@@ -387,6 +388,89 @@ pub fn identical_runs_flag_at_most_one_figure_and_data_journal_is_found() {
     // xfs, untouched, is the control.
     let xfs = ab.iter().filter(|r| r["fs"] == "xfs").count();
     assert!(xfs <= 1, "{ab:#?}");
+}
+
+/// Busy loops that run while they live: another user's load on the machine.
+struct Spinners(Vec<std::process::Child>);
+
+impl Spinners {
+    fn start(n: usize) -> Spinners {
+        Spinners(
+            (0..n)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+    /// CPU time the loops have had so far (/proc/PID/schedstat), ns.
+    fn cpu_ns(&self) -> u64 {
+        self.0.iter().map(|c| schedstat(c.id()).0).sum()
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Two identical runs, the second beside two busy loops: compare names the machine that
+/// differed, with a load the loops' own CPU time accounts for, and sets the flags of times
+/// that include waiting aside (inconclusive) instead of calling them the filesystems'.
+pub fn a_busier_machine_is_named_not_flagged() {
+    let dir = TempDir::new("machine");
+    let quiet = quick(&dir.0, "quiet", &[]);
+    let spinners = Spinners::start(2);
+    let busy = quick(&dir.0, "busy", &[]);
+    let spun_ns = spinners.cpu_ns() as f64;
+    drop(spinners);
+    let (status, flagged) = flags(&dir.0, &quiet, &busy);
+    let c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.0.join("cmp.json")).unwrap()).unwrap();
+    let m = &c["machine"];
+    let (base, new) = (
+        m["base_cpus"].as_f64().unwrap(),
+        m["new_cpus"].as_f64().unwrap(),
+    );
+    assert!(m["differed"] == true && new - base >= 0.5, "{m}");
+    // The others' CPU time within the busy cells cannot exceed what the loops had over the
+    // whole run, plus a little for the rest of the machine.
+    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(&busy).unwrap()).unwrap();
+    let wall: f64 = run["filesystems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["passes"].as_array().unwrap())
+        .flat_map(|p| p["steps"].as_array().unwrap())
+        .map(|s| s["trace"]["wall_ns"].as_f64().unwrap())
+        .sum();
+    assert!(
+        new * wall <= spun_ns + 0.1 * wall,
+        "{m}: loops {spun_ns} ns, cells {wall} ns"
+    );
+    // Waits are set aside; only CPU time keeps a flag, and the gate says it cannot judge.
+    let rows = c["rows"].as_array().unwrap();
+    let set_aside = rows
+        .iter()
+        .filter(|r| r["machine_differed"] == true)
+        .count();
+    assert!(set_aside > 0 && m["set_aside"] == set_aside, "{m}");
+    let cpu_time = ["user", "sys", "kernel_bg"];
+    assert!(
+        flagged
+            .iter()
+            .all(|r| cpu_time.contains(&r["kind"].as_str().unwrap())),
+        "{flagged:#?}"
+    );
+    let regressed = flagged.iter().any(|r| r["verdict"] == "regression");
+    assert_eq!(status, Some(if regressed { 1 } else { 3 }));
 }
 
 pub fn explain_names_io_wait_and_the_write_path_of_direct_io() {

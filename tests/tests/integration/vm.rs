@@ -1,6 +1,6 @@
 //! `fsprof run --kernel`: Debian 6.1 guests under qemu (TCG here) run the suite on
 //! filesystems this host kernel lacks, count syscalls as strace does, alternate between
-//! kernels, and leave nothing behind.
+//! kernels, crash btrfs by cutting the guest's power, and leave nothing behind.
 
 use std::{
     path::Path,
@@ -252,6 +252,83 @@ pub fn guest_syscall_counts_equal_strace_in_the_guest() {
         ours, theirs,
         "fsprof (left) vs strace -c -f (right), in the guest"
     );
+    assert_no_vm_left();
+}
+
+/// btrfs, which the host cannot crash (no shutdown ioctl), crashed for real in the guest:
+/// qemu killed while the guest waits. A durable rename (file and directory fsynced) is new
+/// after the cut; the filesystem is mounted again (its recovery timed) and checked; each
+/// pattern's cost is traced in the guest (fsyncs counted as the pattern makes them).
+pub fn power_cut_in_a_vm_crashes_btrfs() {
+    let dir = TempDir::new("vm-crash");
+    let json = dir.0.join("crash.json");
+    let out = fsprof(
+        &[
+            "crash",
+            "--kernel",
+            KERNEL,
+            "--fs",
+            "btrfs",
+            "--pattern",
+            "rename-fsync-dir,rename-no-fsync",
+            "--at",
+            "now",
+            "--trials",
+            "2",
+            "--cost-updates",
+            "5",
+        ],
+        &json,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // Two trials: three boots (each looks at the last cut, then runs the next trial).
+    assert_eq!(err.matches("fsprof: booting deb:").count(), 3, "{err}");
+    let study: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(
+        study["kernel"].as_str().unwrap().starts_with("6.1."),
+        "{study:#}"
+    );
+    assert_eq!(
+        study["vm"]["kernels"][0]["boot_s"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    let cells = study["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "{study:#}");
+    for c in cells {
+        assert_eq!(c["method"], "power-cut", "{c:#}");
+        let trials: u64 = c["outcomes"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(trials, 2, "{c:#}");
+        assert_eq!(c["recovery_ns"].as_array().unwrap().len(), 2, "{c:#}");
+        assert_eq!(c["fsck_ns"].as_array().unwrap().len(), 2, "{c:#}");
+        assert!(c["wait_ns"].as_u64().unwrap() < 10_000_000_000, "{c:#}");
+    }
+    assert_eq!(cells[0]["pattern"], "rename-fsync-dir");
+    assert_eq!(cells[0]["outcomes"]["new"], 2, "{:#}", cells[0]);
+    // rename-fsync-dir fsyncs the file and then the directory: two per update.
+    let costs = study["costs"].as_array().unwrap();
+    assert_eq!(costs.len(), 2, "{study:#}");
+    let fsyncs = costs[0]["trace"]["profile"]["syscalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "fsync")
+        .map(|r| r["count"].as_u64().unwrap());
+    assert_eq!(
+        fsyncs,
+        Some(10),
+        "{:#}",
+        costs[0]["trace"]["profile"]["syscalls"]
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("power-cut"));
     assert_no_vm_left();
 }
 

@@ -1,0 +1,68 @@
+//! Whether the machine was as quiet on both sides of a comparison. Other processes (a build
+//! beside the benchmark, a backup) and the hypervisor (steal) take CPUs from the workload
+//! between one run and the next; its run-queue time then moves in cells of every filesystem,
+//! and so does the time its filesystem's kernel threads wait for one; the verdict rule, which
+//! sees only the spread of each side's passes, would flag that as the filesystem's. The
+//! measure is independent of the workload: the CPU time every other process spent in user
+//! mode and the time stolen, from /proc/stat around each cell (docs/design.md, "Verdicts").
+
+use serde::Serialize;
+
+use crate::results::StepRun;
+
+/// A side's load differs from the other's by this many CPUs or more: the machine differed.
+pub const DIFFERS_CPUS: f64 = 0.1;
+
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
+pub struct MachineCheck {
+    /// CPUs that other processes kept busy in user mode, plus CPUs stolen by the
+    /// hypervisor, averaged over the wall time of the compared cells: base side.
+    pub base_cpus: f64,
+    pub new_cpus: f64,
+    /// |new_cpus − base_cpus| ≥ `threshold_cpus`.
+    pub differed: bool,
+    pub threshold_cpus: f64,
+    /// Flags of times that include waiting, set aside (made inconclusive).
+    pub set_aside: usize,
+}
+
+/// Other processes' user CPU plus steal, over wall, of these passes; None when one of them
+/// has no record of the machine (results of an fsprof before it kept one).
+fn load<'a>(passes: impl Iterator<Item = &'a StepRun>) -> Option<f64> {
+    let (mut other, mut wall) = (0u64, 0u64);
+    for s in passes {
+        let m = s.trace.machine?;
+        other += m.user_ns.saturating_sub(s.trace.user_ns) + m.steal_ns;
+        wall += s.trace.wall_ns;
+    }
+    (wall > 0).then(|| other as f64 / wall as f64)
+}
+
+/// The check over the compared passes of each side.
+pub fn check<'a>(
+    base: impl Iterator<Item = &'a StepRun>,
+    new: impl Iterator<Item = &'a StepRun>,
+) -> Option<MachineCheck> {
+    let (b, n) = (load(base)?, load(new)?);
+    Some(MachineCheck {
+        base_cpus: b,
+        new_cpus: n,
+        differed: (n - b).abs() >= DIFFERS_CPUS,
+        threshold_cpus: DIFFERS_CPUS,
+        set_aside: 0,
+    })
+}
+
+impl MachineCheck {
+    /// The note of a comparison whose machine differed.
+    pub fn describe(&self) -> String {
+        format!(
+            "the machine differed: other processes and the hypervisor took {:.2} CPUs during the base runs, {:.2} during the new ones (≥ {:.2} apart); {} flag{} of times that include waiting set aside as inconclusive (they may be the machine's; user, sys and kernel bg CPU time keep theirs): compare runs made on equally quiet machines",
+            self.base_cpus,
+            self.new_cpus,
+            self.threshold_cpus,
+            self.set_aside,
+            if self.set_aside == 1 { "" } else { "s" },
+        )
+    }
+}
