@@ -275,13 +275,6 @@ pub fn guest_boot(plan_path: &Path) -> Result<()> {
     let disks: Vec<PathBuf> = (0..plan.patterns.len())
         .map(|i| PathBuf::from(guest::guest_disk(i)))
         .collect();
-    let lab = |disk: &Path| LabOptions {
-        image_dir: share.clone(),
-        mkfs_opts: plan.mkfs_opts.clone(),
-        mount_opts: plan.mount_opts.clone(),
-        device: Some(disk.to_path_buf()),
-        ..LabOptions::default()
-    };
     if plan.check {
         let found: Vec<Trial> = plan
             .patterns
@@ -293,7 +286,7 @@ pub fn guest_boot(plan_path: &Path) -> Result<()> {
     }
     if plan.cost_updates > 0 {
         let opts = CrashOptions {
-            lab: lab(&disks[0]),
+            lab: guest_lab(&plan, &share, &disks[0]),
             cost_updates: plan.cost_updates,
             ..CrashOptions::default()
         };
@@ -304,12 +297,35 @@ pub fn guest_boot(plan_path: &Path) -> Result<()> {
             .collect::<Result<_>>()?;
         crate::os::write_atomic(&share.join(COSTS), &serde_json::to_string(&costs)?)?;
     }
-    let Some(point) = plan.crash_at else {
-        return Ok(());
-    };
+    match plan.crash_at {
+        Some(point) => run_to_the_cut(&plan, kind, &disks, &share, point),
+        None => Ok(()),
+    }
+}
+
+/// A lab filesystem on the guest's `disk`, made and mounted as the plan says.
+fn guest_lab(plan: &GuestPlan, share: &Path, disk: &Path) -> LabOptions {
+    LabOptions {
+        image_dir: share.to_path_buf(),
+        mkfs_opts: plan.mkfs_opts.clone(),
+        mount_opts: plan.mount_opts.clone(),
+        device: Some(disk.to_path_buf()),
+        ..LabOptions::default()
+    }
+}
+
+/// One trial up to its crash point, on a fresh filesystem per disk; then it asks for the
+/// power cut and waits for it (an error is the only way back).
+fn run_to_the_cut(
+    plan: &GuestPlan,
+    kind: FsKind,
+    disks: &[PathBuf],
+    share: &Path,
+    point: CrashPoint,
+) -> Result<()> {
     let mut slots = Vec::new();
-    for (&p, d) in plan.patterns.iter().zip(&disks) {
-        let fs = LabFs::create(kind, &lab(d))?;
+    for (&p, d) in plan.patterns.iter().zip(disks) {
+        let fs = LabFs::create(kind, &guest_lab(plan, share, d))?;
         p.prepare(fs.mountpoint())?;
         fs.syncfs()?;
         slots.push((p, fs));
