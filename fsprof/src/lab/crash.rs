@@ -104,12 +104,7 @@ pub fn replay(kind: FsKind, device: &Path) -> Result<Duration> {
     let Some((prog, args)) = replay_command(kind) else {
         return Ok(Duration::ZERO);
     };
-    let start = Instant::now();
-    let out = Command::new(prog)
-        .args(args)
-        .arg(device)
-        .output()
-        .with_context(|| format!("running {prog}"))?;
+    let (took, out) = run_on(prog, args, device)?;
     // 0: clean; 1: errors corrected.
     if out.status.code().is_none_or(|c| c > 1) {
         bail!(
@@ -122,7 +117,18 @@ pub fn replay(kind: FsKind, device: &Path) -> Result<Duration> {
                 .unwrap_or("")
         );
     }
-    Ok(start.elapsed())
+    Ok(took)
+}
+
+/// Runs `prog ARGS device`, timed.
+fn run_on(prog: &str, args: &[&str], device: &Path) -> Result<(Duration, std::process::Output)> {
+    let start = Instant::now();
+    let out = Command::new(prog)
+        .args(args)
+        .arg(device)
+        .output()
+        .with_context(|| format!("running {prog}"))?;
+    Ok((start.elapsed(), out))
 }
 
 /// Runs the read-only checker on `device`; None when the filesystem has none fsprof knows.
@@ -130,13 +136,7 @@ pub fn fsck(kind: FsKind, device: &Path) -> Result<Option<Fsck>> {
     let Some((prog, args)) = fsck_command(kind) else {
         return Ok(None);
     };
-    let start = Instant::now();
-    let out = Command::new(prog)
-        .args(args)
-        .arg(device)
-        .output()
-        .with_context(|| format!("running {prog}"))?;
-    let took = start.elapsed();
+    let (took, out) = run_on(prog, args, device)?;
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let clean = out.status.success();
