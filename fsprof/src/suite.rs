@@ -261,12 +261,14 @@ impl Suite {
 }
 
 impl Suite {
-    /// The suite's own pgbench step, if the study had one.
-    pub fn pgbench_spec(&self) -> Option<PgbenchSpec> {
-        self.pgbench.map(|(scale, clients, seconds)| PgbenchSpec {
-            scale,
+    /// The suite's own pgbench step, if the study had one, at the run's `scale`: the
+    /// database and the duration scale with the work (at least 1 and 2 s), clients do not.
+    pub fn pgbench_spec(&self, scale: f64) -> Option<PgbenchSpec> {
+        let at = |v: u32, min: u32| ((v as f64 * scale).round() as u32).max(min);
+        self.pgbench.map(|(size, clients, seconds)| PgbenchSpec {
+            scale: at(size, 1),
             clients,
-            seconds,
+            seconds: at(seconds, 2),
         })
     }
 }

@@ -222,6 +222,16 @@ pub fn read_folded(path: &Path) -> BTreeMap<String, u64> {
     fsprof::aggregate::folded::read_folded(path).expect("reading folded stacks")
 }
 
+/// Background time a FUSE daemon (e.g. "ntfs-3g") spent serving the trace's target.
+pub fn fs_daemon_ns(bg: &fsprof::aggregate::stacks::BackgroundSummary, daemon: &str) -> u64 {
+    let class = format!("fs daemon ({daemon}");
+    bg.by_class
+        .iter()
+        .filter(|(c, _)| c.starts_with(&class))
+        .map(|(_, ns)| ns)
+        .sum()
+}
+
 /// Bytes of one block request class (read, write, …) over all devices of a trace.
 pub fn block_bytes(r: &TraceResult, class: &str) -> u64 {
     r.profile

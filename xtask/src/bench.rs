@@ -496,6 +496,7 @@ pub fn overhead(runs: usize, filesystems: &[String], wanted: &[Mode]) -> Result<
             }
         }
     }
+    check_complete(&samples, runs, filesystems, &sel)?;
     print_ratios(&samples, runs, filesystems, &sel);
     print_fs_ratios(&samples, filesystems, &sel);
     print_programs(&samples, filesystems);
@@ -503,6 +504,39 @@ pub fn overhead(runs: usize, filesystems: &[String], wanted: &[Mode]) -> Result<
     syscall_cost(&bench, &sel, runs)?;
     startup(&bench.fsprof, &bench.files, runs)?;
     drop(tmp);
+    Ok(())
+}
+
+/// `cargo xtask bench --runs 1 --fs ext4 --modes default`, which `cargo xtask test` runs as
+/// a smoke test: every stage of the bench works (its figures are not judged).
+pub fn smoke() -> Result<()> {
+    overhead(1, &["ext4".to_string()], &[Mode::Default])
+}
+
+/// Every workload has a timed sample per round in every mode, and fsprof's modes their
+/// probe cost: a table with holes would hide a bench that stopped measuring.
+fn check_complete(
+    samples: &Samples,
+    runs: usize,
+    filesystems: &[String],
+    sel: &[usize],
+) -> Result<()> {
+    for w in WORKLOADS {
+        for fs in filesystems {
+            for &m in sel {
+                let got = samples.get(&(w.to_string(), fs.clone(), m));
+                let traced = modes()[m].fsprof_args().is_some();
+                let whole =
+                    |s: &Sample| s.wall > 0.0 && (!traced || s.probe_ns.is_some_and(|n| n > 0));
+                anyhow::ensure!(
+                    got.is_some_and(|v| v.len() == runs && v.iter().all(whole)),
+                    "bench: {w} on {fs} {}: {} of {runs} rounds measured",
+                    modes()[m].label(),
+                    got.map_or(0, |v| v.iter().filter(|s| whole(s)).count())
+                );
+            }
+        }
+    }
     Ok(())
 }
 

@@ -121,7 +121,12 @@ fn test(extra: &[String]) -> Result<()> {
     cmd.args(["test", "--release", "--"])
         .arg("--test-threads=1")
         .args(extra);
-    run(&mut cmd)
+    run(&mut cmd)?;
+    // The bench once, untimed, when every test ran (not for a filtered run).
+    if extra.is_empty() {
+        bench::smoke()?;
+    }
+    Ok(())
 }
 
 fn main() -> Result<()> {

@@ -222,7 +222,7 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
         .map(|&s| RunStep::Builtin(s))
         .chain(
             opts.suite
-                .pgbench_spec()
+                .pgbench_spec(scale)
                 .filter(|_| wanted(opts, "pgbench"))
                 .map(RunStep::Pgbench),
         )
@@ -271,7 +271,7 @@ fn wanted(opts: &RunOptions, name: &str) -> bool {
 
 /// The suite's built-in steps this run takes (`--only`), refusing names the suite lacks.
 fn suite_steps(opts: &RunOptions) -> Result<Vec<Step>> {
-    let with_pgbench = opts.suite.pgbench_spec().is_some();
+    let with_pgbench = opts.suite.pgbench.is_some();
     for o in &opts.only {
         let known = opts.suite.steps.iter().any(|s| s.name() == o);
         if !(known || with_pgbench && o == "pgbench") {

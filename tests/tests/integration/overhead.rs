@@ -139,6 +139,60 @@ pub fn curated_events_count_as_the_census_does() {
     assert!(census.events.len() > curated.events.len());
 }
 
+/// `--fs-events-on PATH`: of a command that fsyncs one file on xfs and one on ext4, only
+/// the filesystem holding PATH is watched, and its one fsync is counted once.
+pub fn fs_events_on_a_path_watch_only_its_filesystem() {
+    let (xfs, ext4) = (
+        lab(FsKind::Xfs, 512 << 20, ""),
+        lab(FsKind::Ext4, 512 << 20, ""),
+    );
+    let dir = TempDir::new("events-on");
+    let j = dir.0.join("t.json");
+    let script =
+        "for d in \"$1\" \"$2\"; do echo x > \"$d/f\" && sync \"$d/f\" && rm \"$d/f\"; done";
+    let out = Command::new(fsprof_bin())
+        .args(["trace", "--no-stacks", "--fs-events-on"])
+        .arg(ext4.mountpoint())
+        .arg("--json")
+        .arg(&j)
+        .args(["--", "sh", "-c", script, "sh"])
+        .args([xfs.mountpoint(), ext4.mountpoint()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let (watched, events) = fs_events_in(&j);
+    assert_eq!(watched, ["ext4"], "{err}");
+    assert!(events.keys().all(|n| !n.starts_with("xfs:")), "{events:?}");
+    assert_eq!(
+        events.get("ext4:ext4_sync_file_enter"),
+        Some(&1),
+        "{events:?}"
+    );
+}
+
+/// The filesystem types a trace's JSON says were watched, and its events' counts.
+fn fs_events_in(json: &std::path::Path) -> (Vec<String>, std::collections::BTreeMap<String, u64>) {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let f = &v["profile"]["fs_events"];
+    let list = |k: &str| f[k].as_array().unwrap().clone();
+    let watched = list("watched")
+        .iter()
+        .filter_map(|w| Some(w["fstype"].as_str()?.to_string()))
+        .collect();
+    let events = list("events")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    (watched, events)
+}
+
 pub fn fs_events_follow_the_target_not_its_cwd() {
     let fs = lab(FsKind::Xfs, 512 << 20, "");
     let cwd = std::env::temp_dir();
@@ -172,27 +226,13 @@ pub fn fs_events_follow_the_target_not_its_cwd() {
         let out = cmd.current_dir(&cwd).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
-        let f = &v["profile"]["fs_events"];
-        let watched: Vec<&str> = f["watched"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|w| w["fstype"].as_str())
-            .collect();
+        let (watched, events) = fs_events_in(&j);
         if named {
             assert_eq!(watched, ["xfs"], "{err}");
         } else {
-            assert!(watched.contains(&"xfs"), "{err}");
+            assert!(watched.iter().any(|w| w == "xfs"), "{err}");
         }
-        let fsync = f["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == "xfs:xfs_file_fsync")
-            .map(|e| e["count"].as_u64().unwrap());
-        assert_eq!(fsync, Some(1), "{err}");
+        assert_eq!(events.get("xfs:xfs_file_fsync"), Some(&1), "{err}");
         assert!(
             err.contains("xfs /dev/"),
             "the report names the watched fs: {err}"

@@ -101,8 +101,13 @@ fn user_stacks(f: &fsprof::results::FsRun) -> UserCompleteness {
     u
 }
 
+fn quick_step_names() -> Vec<&'static str> {
+    let quick = Suite::find("quick").unwrap();
+    quick.steps.iter().map(|s| s.name()).collect()
+}
+
 fn quick_steps_len() -> usize {
-    fsprof::suite::Suite::find("quick").unwrap().steps.len()
+    quick_step_names().len()
 }
 
 pub fn quick_suite_fills_every_cell() {
@@ -555,6 +560,27 @@ pub fn report_rerenders_results_and_rejects_broken_files() {
     assert!(table.status.success());
     // The same table `run` printed, from the file alone.
     assert_eq!(String::from_utf8_lossy(&table.stdout), stdout);
+    // -v: per step, the time classes as columns and a row per pass.
+    let verbose = String::from_utf8(report(&["-v"], &json).stdout).unwrap();
+    let header = verbose.lines().find(|l| l.contains("I/O wait"));
+    for class in [
+        "user",
+        "sys",
+        "kernel bg",
+        "I/O wait",
+        "run-queue",
+        "syncfs",
+    ] {
+        assert!(
+            header.is_some_and(|h| h.contains(class)),
+            "{class}: {verbose}"
+        );
+    }
+    let rows: Vec<&str> = verbose
+        .lines()
+        .filter(|l| l.split_whitespace().take(2).eq(["ext4", "1"]))
+        .collect();
+    assert_eq!(rows.len(), 1, "{verbose}");
     let csv = String::from_utf8(report(&["--format", "csv"], &json).stdout).unwrap();
     assert!(
         csv.starts_with("fs,pass,step,")
@@ -674,25 +700,26 @@ pub fn a_failed_cell_does_not_stop_the_study() {
     assert_eq!(r.filesystems[0].passes[0].steps.len(), 1);
 }
 
-/// What an extra step after `extract-tree` wrote: its stdout file, per line.
-fn after_extract(tag: &str, args: &[&str], listing: &str) -> Vec<String> {
+/// A one-pass run of `args` on `fs` ending in a step `look` that runs `listing` (a shell
+/// command, `{mnt}` = the mount point): what it printed, per line, and the results.
+fn looked(tag: &str, fs: &str, args: &[&str], listing: &str) -> (Vec<String>, RunResult) {
     let out = std::env::temp_dir().join(format!("fsprof-{tag}-{}.txt", std::process::id()));
     let step = format!("look={} > {}", listing, out.display());
-    let mut all = vec![
-        "--fs",
-        "ext4",
-        "--only",
-        "extract-tree",
-        "--passes",
-        "1",
-        "--step",
-        &step,
-    ];
+    let mut all = vec!["--fs", fs, "--passes", "1", "--step", &step];
     all.extend_from_slice(args);
-    run_ok(tag, &all);
+    let json = tmp_json(tag);
+    run_to(&json, &all);
+    let r = RunResult::load(&json).unwrap();
     let text = std::fs::read_to_string(&out).unwrap();
     let _ = std::fs::remove_file(&out);
-    text.lines().map(String::from).collect()
+    (text.lines().map(String::from).collect(), r)
+}
+
+/// What an extra step after `extract-tree` wrote: its stdout file, per line.
+fn after_extract(tag: &str, args: &[&str], listing: &str) -> Vec<String> {
+    let mut all = vec!["--only", "extract-tree"];
+    all.extend_from_slice(args);
+    looked(tag, "ext4", &all, listing).0
 }
 
 /// `--seed`: the same seed makes the same tree (names and contents, hashed by md5sum, not by
@@ -740,4 +767,232 @@ pub fn jobs_run_at_once() {
         }
     }
     eprintln!("job spans (file mtimes): {spans:?}");
+}
+
+/// Regular files under a directory as `find` lists them: relative path → size.
+type Files = std::collections::BTreeMap<String, u64>;
+
+const FIND_FILES: &str = "find {mnt} -type f -printf '%P\\t%s\\n'";
+
+fn files_of(lines: &[String]) -> Files {
+    lines
+        .iter()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(p, s)| (p.to_string(), s.parse().unwrap()))
+        .collect()
+}
+
+/// The files of `all` under `dir/`, relative to it.
+fn under(all: &Files, dir: &str) -> Files {
+    all.iter()
+        .filter_map(|(p, s)| Some((p.strip_prefix(dir)?.to_string(), *s)))
+        .collect()
+}
+
+/// What a step of a suite leaves on the filesystem, as `find` sees it: files added under
+/// these paths, the files under them removed, or the same names (then it must have read
+/// or written the device).
+enum Leaves {
+    Adds(&'static [&'static str]),
+    Removes(&'static [&'static str]),
+    Same,
+}
+
+fn leaves(step: &str) -> Leaves {
+    use Leaves::*;
+    match step {
+        "extract-tree" | "tree-in" => Adds(&["tree/"]),
+        "copy-tree" => Adds(&["tree-copy/"]),
+        "list-tree" => Adds(&["listing.txt"]),
+        "delete-tree" => Removes(&["tree/", "tree-copy/"]),
+        "big-in" => Adds(&["big.bin"]),
+        "big-copy" => Adds(&["big-copy.bin"]),
+        "remux" => Adds(&["big-remux.bin"]),
+        "delete-big" => Removes(&["big.bin", "big-copy.bin", "big-remux.bin"]),
+        "bonnie-putc" => Adds(&["bonnie.dat"]),
+        "bonnie-seq-create" => Adds(&["bonnie-seq/"]),
+        "bonnie-seq-delete" => Removes(&["bonnie-seq/"]),
+        "bonnie-rand-create" => Adds(&["bonnie-random/"]),
+        "bonnie-rand-delete" => Removes(&["bonnie-random/"]),
+        "iozone-write" => Adds(&["iozone-"]),
+        "seq-write" => Adds(&["seq.bin"]),
+        "cpu" => Adds(&["cpu."]),
+        "pgbench" => Adds(&["pgdata/"]),
+        _ => Same,
+    }
+}
+
+/// `step` took the filesystem from `before` to `after` as it should; `moved` = the bytes
+/// it read and wrote on the device.
+fn check_leaves(step: &str, before: &Files, after: &Files, moved: u64) {
+    let is_under = |p: &str, dirs: &[&str]| dirs.iter().any(|d| p.starts_with(d));
+    let added: Vec<&String> = after.keys().filter(|p| !before.contains_key(*p)).collect();
+    let removed: Vec<&String> = before.keys().filter(|p| !after.contains_key(*p)).collect();
+    match leaves(step) {
+        Leaves::Adds(dirs) => {
+            assert!(removed.is_empty(), "{step} removed {removed:?}");
+            assert!(!added.is_empty(), "{step} added nothing");
+            assert!(added.iter().all(|p| is_under(p, dirs)), "{step}: {added:?}");
+        }
+        Leaves::Removes(dirs) => {
+            assert!(added.is_empty(), "{step} added {added:?}");
+            let want: Vec<&String> = before.keys().filter(|p| is_under(p, dirs)).collect();
+            assert!(!want.is_empty() && removed == want, "{step}: {removed:?}");
+        }
+        Leaves::Same => {
+            assert!(
+                added.is_empty() && removed.is_empty(),
+                "{step}: +{added:?} -{removed:?}"
+            );
+            assert!(moved > 0, "{step} moved no data on the device");
+        }
+    }
+}
+
+/// What a copy step copied is its source, by find's names and stat's sizes.
+fn check_copies(step: &str, after: &Files, sources: &Path) {
+    let source = |prefix: &str| {
+        std::fs::read_dir(sources)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix}* in {}", sources.display()))
+    };
+    match step {
+        "tree-in" => {
+            let src = Command::new("find")
+                .arg(source("tree-"))
+                .args(["-type", "f", "-printf", "%P\t%s\n"])
+                .output()
+                .unwrap();
+            let lines: Vec<String> = String::from_utf8(src.stdout)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect();
+            assert_eq!(under(after, "tree/"), files_of(&lines));
+        }
+        "copy-tree" => assert_eq!(under(after, "tree-copy/"), under(after, "tree/")),
+        "big-in" => {
+            let len = std::fs::metadata(source("big-")).unwrap().len();
+            assert_eq!(after["big.bin"], len);
+        }
+        "big-copy" => assert_eq!(after["big-copy.bin"], after["big.bin"]),
+        "remux" => assert_eq!(after["big-remux.bin"], after["big.bin"]),
+        _ => {}
+    }
+}
+
+/// A directory on the host disk (not tmpfs, as `--dir` must be), removed with the guard.
+fn host_dir(tag: &str) -> TempDir {
+    let dir = format!("/var/tmp/fsprof-test-{tag}-{}", std::process::id());
+    std::fs::create_dir_all(&dir).unwrap();
+    TempDir(dir.into())
+}
+
+/// Every suite at a tiny scale: after each step (a run of the suite's steps up to it, then
+/// a look with find) the filesystem holds what the step should have left (copies equal to
+/// their sources by find and stat, deletes gone), and a step that leaves the same files
+/// read or wrote the device (fsprof's block figures, which block.rs holds to /sys/block).
+pub fn every_suite_at_tiny_scale_does_each_step() {
+    let base = host_dir("suites");
+    for name in ["desktop", "build-tree", "file-server", "iozone", "distro"] {
+        let suite = Suite::find(name).unwrap();
+        let mut steps: Vec<&str> = suite.steps.iter().map(|s| s.name()).collect();
+        if suite.pgbench.is_some() {
+            steps.push("pgbench");
+        }
+        let dir = base.0.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir_arg = dir.to_string_lossy().into_owned();
+        let mut before = Files::new();
+        for k in 1..=steps.len() {
+            let only = steps[..k].join(",");
+            let args = [
+                "--suite",
+                name,
+                "--scale",
+                "0.002",
+                "--only",
+                &only,
+                "--dir",
+                &dir_arg,
+                "--no-history",
+                "--no-stacks",
+            ];
+            let (lines, r) = looked(&format!("suite-{name}"), "ext4", &args, FIND_FILES);
+            let after = files_of(&lines);
+            let step = steps[k - 1];
+            let trace = &r.filesystems[0].passes[0].steps[k - 1];
+            assert_eq!(trace.step, step);
+            let moved = block_bytes(&trace.trace, "read") + block_bytes(&trace.trace, "write");
+            check_leaves(step, &before, &after, moved);
+            check_copies(step, &after, &dir.join("sources"));
+            eprintln!("{name} {step}: {} files, {moved} bytes moved", after.len());
+            before = after;
+        }
+    }
+}
+
+/// Each step ends in one freeze and thaw of the filesystem (counted by strace, not by
+/// fsprof), with its time in the results; `--no-quiesce` makes none and records none.
+pub fn quiesce_freezes_once_per_step_and_no_quiesce_never() {
+    let steps = ["extract-tree", "delete-tree"];
+    for (flag, want) in [(None, steps.len()), (Some("--no-quiesce"), 0)] {
+        let json = tmp_json("quiesce");
+        let log = json.with_extension("strace");
+        let out = Command::new("strace")
+            .args(["-f", "--seccomp-bpf", "-e", "trace=ioctl", "-o"])
+            .arg(&log)
+            .arg(fsprof_bin())
+            .args(["run", "--fs", "xfs", "--scale", "0.002", "--passes", "1"])
+            .args(["--only", &steps.join(","), "--no-history", "--no-stacks"])
+            .args(flag)
+            .arg("--json")
+            .arg(&*json)
+            .output()
+            .unwrap();
+        assert_success(&out);
+        let text = std::fs::read_to_string(&log).unwrap();
+        let _ = std::fs::remove_file(&log);
+        let calls = |op: &str| text.lines().filter(|l| l.contains(op)).count();
+        assert_eq!(
+            (calls("FIFREEZE"), calls("FITHAW")),
+            (want, want),
+            "{flag:?}"
+        );
+        let r = RunResult::load(&json).unwrap();
+        for s in &r.filesystems[0].passes[0].steps {
+            assert_eq!(
+                s.trace.quiesce_ns.is_some(),
+                want > 0,
+                "{flag:?} {}",
+                s.step
+            );
+        }
+    }
+}
+
+/// A run on ntfs-3g (FUSE): the quick suite at a tiny scale fills every cell, the tree it
+/// copied in last is its source by find and stat, and ntfs-3g's work is background work.
+pub fn a_run_on_ntfs_3g_fills_every_cell() {
+    FsKind::Ntfs.check_available().unwrap();
+    let dir = host_dir("ntfs");
+    let d = dir.0.to_string_lossy().into_owned();
+    let args = ["--scale", "0.002", "--dir", &d, "--no-history"];
+    let (lines, r) = looked("ntfs", "ntfs", &args, FIND_FILES);
+    assert!(r.complete);
+    let pass = &r.filesystems[0].passes[0];
+    let mut want: Vec<&str> = quick_step_names();
+    want.push("look");
+    let names: Vec<&str> = pass.steps.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(names, want);
+    for s in &pass.steps {
+        assert_eq!(s.trace.exit_code, Some(0), "{}", s.step);
+    }
+    check_copies("tree-in", &files_of(&lines), &dir.0.join("sources"));
+    let copy = pass.steps.iter().find(|s| s.step == "copy-tree").unwrap();
+    let bg = copy.trace.background.as_ref().unwrap();
+    assert!(fs_daemon_ns(bg, "ntfs-3g") > 0, "{bg:?}");
 }

@@ -429,12 +429,7 @@ pub fn fuse_daemon_work_is_background_work() {
     );
     let kernel_ns = schedstat(daemon).0 - before;
     let bg = r.background.as_ref().unwrap();
-    let daemon_ns: u64 = bg
-        .by_class
-        .iter()
-        .filter(|(c, _)| c.starts_with("fs daemon (ntfs-3g"))
-        .map(|(_, ns)| ns)
-        .sum();
+    let daemon_ns = fs_daemon_ns(bg, "ntfs-3g");
     // The daemon's sampled time against the on-CPU time the scheduler charged it meanwhile.
     // Each sample weighs the time charged since the thread's previous one, so they add up
     // to the charged time but for the ends: a period before the first sample, up to one

@@ -10,7 +10,7 @@ use std::{
 };
 
 use fsprof::results::RunResult;
-use fsprof_tests::{TempDir, fsprof_bin};
+use fsprof_tests::{TempDir, assert_success, fsprof_bin};
 
 /// Fetched once into /var/tmp/fsprof/kernels (the default --dir) and kept.
 const KERNEL: &str = "deb:linux-image-amd64";
@@ -37,11 +37,7 @@ fn assert_no_vm_left() {
         .filter(|n| n.starts_with("fsprof-") && n.contains("-vm"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
-    let ps = Command::new("pgrep")
-        .args(["-af", "qemu-system"])
-        .output()
-        .unwrap();
-    let ps = String::from_utf8_lossy(&ps.stdout);
+    let ps = qemus();
     assert!(!ps.contains("fsprof-"), "{ps}");
 }
 
@@ -332,9 +328,8 @@ pub fn power_cut_in_a_vm_crashes_btrfs() {
     assert_no_vm_left();
 }
 
-/// Ctrl-C while the guest boots or runs stops fsprof with an error and the VM with it.
-pub fn sigint_mid_vm_run_leaves_no_qemu() {
-    let dir = TempDir::new("vm-sigint");
+/// A `run` on the Debian kernel, once its qemu runs; the name of the VM's disk image.
+fn vm_run_started(json: &Path) -> (std::process::Child, String) {
     let mut child = Command::new(fsprof_bin())
         .args([
             "run",
@@ -346,21 +341,14 @@ pub fn sigint_mid_vm_run_leaves_no_qemu() {
             "extract-tree",
         ])
         .args(["--scale", "0.02", "--passes", "1", "--json"])
-        .arg(dir.0.join("r.json"))
+        .arg(json)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let image = format!("fsprof-{}-vm.img", child.id());
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let ps = Command::new("pgrep")
-            .args(["-af", "qemu-system"])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&ps.stdout).contains(&image) {
-            break;
-        }
+    while !qemus().contains(&image) {
         assert!(Instant::now() < deadline, "no qemu started within 120 s");
         assert!(
             child.try_wait().unwrap().is_none(),
@@ -368,6 +356,22 @@ pub fn sigint_mid_vm_run_leaves_no_qemu() {
         );
         thread::sleep(Duration::from_millis(200));
     }
+    (child, image)
+}
+
+/// The command lines of the running qemus.
+fn qemus() -> String {
+    let ps = Command::new("pgrep")
+        .args(["-af", "qemu-system"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&ps.stdout).into_owned()
+}
+
+/// Ctrl-C while the guest boots or runs stops fsprof with an error and the VM with it.
+pub fn sigint_mid_vm_run_leaves_no_qemu() {
+    let dir = TempDir::new("vm-sigint");
+    let (mut child, _) = vm_run_started(&dir.0.join("r.json"));
     // Into the boot or the suite.
     thread::sleep(Duration::from_secs(15));
     // SAFETY: kill(2) on our own child's pid; it has not been reaped (try_wait saw it run).
@@ -453,6 +457,29 @@ pub fn kvm_that_cannot_boot_the_guest_is_one_line() {
         }
         // Stopped at the boot limit, not by the 20-minute stall watchdog.
         assert!(started.elapsed() < Duration::from_secs(120), "{err}");
+    }
+    assert_no_vm_left();
+}
+
+/// SIGKILL gives fsprof no chance to stop its VM: the qemu goes on, and `fsprof cleanup`
+/// kills it and removes its disk image and shared directory.
+pub fn cleanup_stops_the_vm_of_a_killed_run() {
+    let dir = TempDir::new("vm-sigkill");
+    let (mut child, image) = vm_run_started(&dir.0.join("r.json"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    thread::sleep(Duration::from_secs(1));
+    assert!(qemus().contains(&image), "qemu ended with fsprof");
+    let out = Command::new(fsprof_bin()).arg("cleanup").output().unwrap();
+    assert_success(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    for done in ["killed process", "removed image", "removed VM share"] {
+        assert!(said.contains(done), "{done}: {said}");
+    }
+    // Killed with SIGKILL and reaped by init: gone within a few seconds.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while qemus().contains(&image) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(200));
     }
     assert_no_vm_left();
 }
