@@ -179,6 +179,8 @@ pub struct FlameOutput {
     pub title: String,
     /// Also draw SVGs with this (a run draws them per cell, over all passes, instead).
     pub svg: Option<folded::Renderer>,
+    /// Also write pprof profiles into this directory, with the same stem.
+    pub pprof: Option<PathBuf>,
 }
 
 /// One traced interval, as printed and as written with `--json`.
@@ -310,7 +312,13 @@ fn finish_stacks(result: &mut TraceResult, st: &Stacks, out: Option<&FlameOutput
     result.background = Some(st.background_summary());
     if let Some(o) = out {
         let title = format!("{} · kernel {}", o.title, result.kernel);
-        result.flames = folded::write_all(st, &o.dir, &o.stem, &title, o.svg)?
+        let mut written = folded::write_all(st, &o.dir, &o.stem, &title, o.svg)?;
+        if let Some(dir) = &o.pprof {
+            written.extend(crate::aggregate::pprof::write_all(
+                st, dir, &o.stem, &title,
+            )?);
+        }
+        result.flames = written
             .into_iter()
             .map(|(k, p)| (k, p.display().to_string()))
             .collect();

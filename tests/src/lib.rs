@@ -185,6 +185,7 @@ pub fn trace_with_stack_options(
             stem: "t".into(),
             title: "test".into(),
             svg: Some(fsprof::report::flame::render),
+            pprof: None,
         }),
         ..Default::default()
     };

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use fsprof_common::TimeClass;
 
 use super::{
-    stacks::{Stacks, WeightedStack, class_label},
+    stacks::{At, Stacks, WeightedStack, class_label, located},
     wakes,
 };
 
@@ -82,80 +82,177 @@ fn thread_base(comm: &str) -> &str {
     }
 }
 
-fn push_frames(out: &mut Vec<String>, s: &WeightedStack, suffix_user: &str, suffix_k: &str) {
-    out.extend(s.user.iter().map(|f| format!("{}{suffix_user}", clean(f))));
-    out.extend(s.kernel.iter().map(|f| format!("{}{suffix_k}", clean(f))));
+/// How a graph draws a frame: as it is, as kernel code (`_[k]`), or as time off-CPU (`_[w]`,
+/// in blues, shown without the suffix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    Plain,
+    Kernel,
+    Waiting,
 }
 
-fn add(folded: &mut Folded, frames: Vec<String>, ns: u64) {
-    let us = (ns + 500) / 1000;
-    if us > 0 {
-        *folded.entry(frames.join(";")).or_insert(0) += us;
+impl Mark {
+    fn suffix(self) -> &'static str {
+        match self {
+            Mark::Plain => "",
+            Mark::Kernel => "_[k]",
+            Mark::Waiting => "_[w]",
+        }
     }
 }
 
-/// The folded stacks of one kind from a trace's stacks.
+/// One stack of a kind as the graphs and exports show it.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// Root first: name (as the kernel or the symbols have it), mark, where its code is.
+    pub frames: Vec<(String, Mark, At)>,
+    pub ns: u64,
+    /// Samples (on-CPU) or intervals (off-CPU).
+    pub count: u64,
+    /// The thread the time is of (for off-wake: the blocked one); its process (0: unknown).
+    pub comm: String,
+    pub tgid: u32,
+    /// Its class (TimeClass or STACK_CLASS_BACKGROUND).
+    pub class: u32,
+}
+
+fn named(name: String, mark: Mark) -> (String, Mark, At) {
+    (name, mark, At::Nowhere)
+}
+
+fn stack_frames(s: &WeightedStack, user: Mark, kernel: Mark) -> Vec<(String, Mark, At)> {
+    let u = located(&s.user, &s.user_at).map(|(n, at)| (n.to_string(), user, at));
+    let k = located(&s.kernel, &s.kernel_at).map(|(n, at)| (n.to_string(), kernel, at));
+    u.chain(k).collect()
+}
+
+fn sample_of(
+    s: &WeightedStack,
+    mut frames: Vec<(String, Mark, At)>,
+    user: Mark,
+    kernel: Mark,
+) -> Sample {
+    frames.extend(stack_frames(s, user, kernel));
+    Sample {
+        frames,
+        ns: s.ns,
+        count: s.count,
+        comm: s.comm.clone(),
+        tgid: s.tgid,
+        class: s.class,
+    }
+}
+
+/// The target's stacks of one class side: the thread, then its class unless on-CPU.
+fn target_samples(stacks: &Stacks, kind: Kind) -> Vec<Sample> {
+    let on = TimeClass::OnCpu as u32;
+    let wanted = |s: &&WeightedStack| match kind {
+        Kind::OnCpu => s.class == on,
+        Kind::OffCpu => s.class != on,
+        _ => true,
+    };
+    let plain = Mark::Plain;
+    stacks
+        .target
+        .iter()
+        .filter(wanted)
+        .map(|s| {
+            let mut head = vec![named(s.comm.clone(), plain)];
+            match (kind, s.class == on) {
+                (Kind::OnCpu, _) => sample_of(s, head, plain, Mark::Kernel),
+                (Kind::Combined, false) => {
+                    head.push(named(class_frame(s.class), Mark::Waiting));
+                    sample_of(s, head, Mark::Waiting, Mark::Waiting)
+                }
+                _ => {
+                    head.push(named(class_frame(s.class), plain));
+                    sample_of(s, head, plain, Mark::Kernel)
+                }
+            }
+        })
+        .collect()
+}
+
+/// Blocked stack root → leaf (blues), a frame naming the waker and what the time waited
+/// for, then the waker's stack from the wakeup (leaf) down to its root.
+fn off_wake_samples(stacks: &Stacks) -> Vec<Sample> {
+    let tgids: std::collections::HashSet<u32> = stacks.target.iter().map(|s| s.tgid).collect();
+    let target = |t: u32| tgids.contains(&t);
+    let w = Mark::Waiting;
+    stacks
+        .wakes
+        .iter()
+        .map(|e| {
+            let mut fr = vec![
+                named(e.comm.clone(), Mark::Plain),
+                named(class_frame(e.class), w),
+            ];
+            fr.extend(
+                located(&e.blocked_user, &e.blocked_user_at).map(|(n, at)| (n.to_string(), w, at)),
+            );
+            fr.extend(
+                located(&e.blocked_kernel, &e.blocked_kernel_at)
+                    .map(|(n, at)| (n.to_string(), w, at)),
+            );
+            fr.push(named(
+                format!("[{}]", wakes::waited_for(e, &target)),
+                Mark::Plain,
+            ));
+            let waker: Vec<_> = located(&e.waker_kernel, &e.waker_kernel_at).collect();
+            fr.extend(
+                waker
+                    .into_iter()
+                    .rev()
+                    .map(|(n, at)| (n.to_string(), Mark::Kernel, at)),
+            );
+            fr.push(named(thread_base(&e.waker_comm).to_string(), Mark::Plain));
+            Sample {
+                frames: fr,
+                ns: e.ns,
+                count: e.count,
+                comm: e.comm.clone(),
+                tgid: 0,
+                class: e.class,
+            }
+        })
+        .collect()
+}
+
+/// Every stack of one kind, as the graphs and exports show it.
+pub fn samples(stacks: &Stacks, kind: Kind) -> Vec<Sample> {
+    match kind {
+        Kind::OnCpu | Kind::OffCpu | Kind::Combined => target_samples(stacks, kind),
+        Kind::OffWake => off_wake_samples(stacks),
+        Kind::Background => stacks
+            .background
+            .iter()
+            .map(|s| {
+                let head = vec![
+                    named(
+                        format!("[{}]", s.group.as_deref().unwrap_or("kernel")),
+                        Mark::Plain,
+                    ),
+                    named(thread_base(&s.comm).to_string(), Mark::Plain),
+                ];
+                sample_of(s, head, Mark::Plain, Mark::Kernel)
+            })
+            .collect(),
+    }
+}
+
+/// The folded stacks of one kind from a trace's stacks (weights in µs, each stack's
+/// rounded; frames with `;` get `:`, as the format needs).
 pub fn fold(stacks: &Stacks, kind: Kind) -> Folded {
     let mut f = Folded::new();
-    let on = TimeClass::OnCpu as u32;
-    match kind {
-        Kind::OnCpu => {
-            for s in stacks.target.iter().filter(|s| s.class == on) {
-                let mut fr = vec![clean(&s.comm)];
-                push_frames(&mut fr, s, "", "_[k]");
-                add(&mut f, fr, s.ns);
-            }
-        }
-        Kind::OffCpu => {
-            for s in stacks.target.iter().filter(|s| s.class != on) {
-                let mut fr = vec![clean(&s.comm), class_frame(s.class)];
-                push_frames(&mut fr, s, "", "_[k]");
-                add(&mut f, fr, s.ns);
-            }
-        }
-        Kind::Combined => {
-            for s in &stacks.target {
-                let mut fr = vec![clean(&s.comm), class_frame(s.class)];
-                if s.class == on {
-                    push_frames(&mut fr, s, "", "_[k]");
-                } else {
-                    // `_[w]` marks off-CPU frames: drawn in blues, shown without the suffix.
-                    fr[1].push_str("_[w]");
-                    push_frames(&mut fr, s, "_[w]", "_[w]");
-                }
-                add(&mut f, fr, s.ns);
-            }
-        }
-        Kind::OffWake => {
-            // Blocked stack root → leaf (blues), a frame naming the waker and what the time
-            // waited for, then the waker's stack from the wakeup (leaf) down to its root.
-            let tgids: std::collections::HashSet<u32> =
-                stacks.target.iter().map(|s| s.tgid).collect();
-            let target = |t: u32| tgids.contains(&t);
-            for e in &stacks.wakes {
-                let mut fr = vec![clean(&e.comm), format!("{}_[w]", class_frame(e.class))];
-                fr.extend(e.blocked_user.iter().map(|f| format!("{}_[w]", clean(f))));
-                fr.extend(e.blocked_kernel.iter().map(|f| format!("{}_[w]", clean(f))));
-                fr.push(format!("[{}]", clean(&wakes::waited_for(e, &target))));
-                fr.extend(
-                    e.waker_kernel
-                        .iter()
-                        .rev()
-                        .map(|f| format!("{}_[k]", clean(f))),
-                );
-                fr.push(clean(thread_base(&e.waker_comm)));
-                add(&mut f, fr, e.ns);
-            }
-        }
-        Kind::Background => {
-            for s in &stacks.background {
-                let mut fr = vec![
-                    format!("[{}]", s.group.as_deref().unwrap_or("kernel")),
-                    clean(thread_base(&s.comm)),
-                ];
-                push_frames(&mut fr, s, "", "_[k]");
-                add(&mut f, fr, s.ns);
-            }
+    for s in samples(stacks, kind) {
+        let us = (s.ns + 500) / 1000;
+        if us > 0 {
+            let frames: Vec<String> = s
+                .frames
+                .iter()
+                .map(|(n, m, _)| format!("{}{}", clean(n), m.suffix()))
+                .collect();
+            *f.entry(frames.join(";")).or_insert(0) += us;
         }
     }
     f

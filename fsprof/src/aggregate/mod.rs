@@ -5,6 +5,7 @@ pub mod block;
 pub mod folded;
 pub mod fs_events;
 pub mod histogram;
+pub mod pprof;
 pub mod probe_cost;
 pub mod sched;
 pub mod stacks;

@@ -9,7 +9,7 @@ use anyhow::Result;
 use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap};
 use fsprof_common::{
     Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserStackKey, WakeKey, Weight, WeightKey,
-    unwind::{ImageKey, ProcessMappings, StackEnd},
+    unwind::{FileKey, ImageKey, ProcessMappings, StackEnd},
 };
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +28,25 @@ pub fn class_label(class: u32) -> &'static str {
     }
 }
 
+/// Where a frame's code is, for exports that carry addresses (pprof): a kernel address,
+/// an offset in a file, or nowhere (frames fsprof names: markers, the probes' frame).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum At {
+    #[default]
+    Nowhere,
+    Kernel(u64),
+    File(FileKey, u64),
+}
+
+/// Frames root first with where each one's code is (`at[i]` of `names[i]`; an `at`
+/// shorter than `names`, as tests build them, leaves the rest nowhere).
+pub fn located<'a>(names: &'a [String], at: &'a [At]) -> impl Iterator<Item = (&'a str, At)> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), at.get(i).copied().unwrap_or_default()))
+}
+
 /// One stack and the time spent in it.
 #[derive(Clone, Debug, Default)]
 pub struct WeightedStack {
@@ -41,6 +60,9 @@ pub struct WeightedStack {
     pub user: Vec<String>,
     /// Root first (syscall entry … leaf).
     pub kernel: Vec<String>,
+    /// Where each frame of `user` and `kernel` is.
+    pub user_at: Vec<At>,
+    pub kernel_at: Vec<At>,
     pub ns: u64,
     /// Samples (on-CPU) or intervals (off-CPU).
     pub count: u64,
@@ -73,6 +95,8 @@ pub struct Stacks {
     pub wakes: Vec<WakeEdge>,
     /// The unwinder's counters: stacks, frames, ns.
     pub unwinder: (u64, u64, u64),
+    /// The files of the frames' `At::File`, by path.
+    pub files: BTreeMap<FileKey, std::path::PathBuf>,
 }
 
 /// A stack shown in reports and kept in the JSON (`explain` reads these).
@@ -295,13 +319,20 @@ pub const PROBES_FRAME: &str = "[fsprof probes]";
 /// `programs`, as the kernel names them: bpf_prog_<tag>_<name cut at 15 bytes>) shows
 /// that program's cost: everything from the tracepoint down becomes one `[fsprof probes]`
 /// frame, so a reader sees what the profiler itself cost and where it was called.
-fn own_frames(mut kernel: Vec<String>, on_cpu: bool, programs: &[String]) -> Vec<String> {
+fn own_frames(
+    mut kernel: Vec<(String, At)>,
+    on_cpu: bool,
+    programs: &[String],
+) -> Vec<(String, At)> {
     if !on_cpu {
-        let trim = kernel.iter().take_while(|n| is_tracing_frame(n)).count();
+        let trim = kernel
+            .iter()
+            .take_while(|(n, _)| is_tracing_frame(n))
+            .count();
         kernel.drain(..trim);
         return kernel;
     }
-    let ours = kernel.iter().any(|f| {
+    let ours = kernel.iter().any(|(f, _)| {
         f.strip_prefix("bpf_prog_")
             .and_then(|rest| rest.split_once('_'))
             .is_some_and(|(_, name)| programs.iter().any(|p| p == name))
@@ -310,9 +341,9 @@ fn own_frames(mut kernel: Vec<String>, on_cpu: bool, programs: &[String]) -> Vec
         return kernel;
     }
     // The root-most tracing frame: where the kernel called into the tracepoint.
-    if let Some(i) = kernel.iter().rposition(|n| is_tracing_frame(n)) {
+    if let Some(i) = kernel.iter().rposition(|(n, _)| is_tracing_frame(n)) {
         kernel.drain(..=i);
-        kernel.insert(0, PROBES_FRAME.to_string());
+        kernel.insert(0, (PROBES_FRAME.to_string(), At::Nowhere));
     }
     kernel
 }
@@ -358,16 +389,18 @@ struct Resolved {
     kthread: bool,
     kernel: Vec<String>,
     user: Vec<String>,
+    kernel_at: Vec<At>,
+    user_at: Vec<At>,
     user_whole: bool,
 }
 
-/// Names of a user stack's frames (leaf first), each placed in the mapping the unwinder
-/// recorded for its process image; whether it reached the program's entry.
+/// A user stack's frames (leaf first), each named in the mapping the unwinder recorded
+/// for its process image, with where it is; whether it reached the program's entry.
 fn user_frames(
     syms: &mut symbols::Symbols,
     key: &UserStackKey,
     mappings: &StdHashMap<ImageKey, ProcessMappings>,
-) -> (Vec<String>, bool) {
+) -> (Vec<(String, At)>, bool) {
     let image = ImageKey {
         tgid: key.tgid,
         exec_id: key.exec_id,
@@ -376,7 +409,7 @@ fn user_frames(
     let mut out = Vec::new();
     for (i, ip) in nonzero(&key.user).into_iter().enumerate() {
         if let Some(end) = StackEnd::of(ip) {
-            out.push(end.label().to_string());
+            out.push((end.label().to_string(), At::Nowhere));
             return (out, false);
         }
         let map = maps.and_then(|m| {
@@ -385,13 +418,42 @@ fn user_frames(
                 .find(|m| (m.start..m.end).contains(&ip))
         });
         out.push(match map {
-            Some(m) if m.file.ino != 0 => syms.user(m.file, ip - m.start + m.offset, i == 0),
-            Some(_) => format!("[anonymous code] 0x{ip:x}"),
-            None => format!("[mapping not recorded] 0x{ip:x}"),
+            Some(m) if m.file.ino != 0 => {
+                let offset = ip - m.start + m.offset;
+                (syms.user(m.file, offset, i == 0), At::File(m.file, offset))
+            }
+            Some(_) => (format!("[anonymous code] 0x{ip:x}"), At::Nowhere),
+            None => (format!("[mapping not recorded] 0x{ip:x}"), At::Nowhere),
         });
     }
     let whole = !out.is_empty();
     (out, whole)
+}
+
+/// Root-first names and places of leaf-first frames.
+fn root_first(mut frames: Vec<(String, At)>) -> (Vec<String>, Vec<At>) {
+    frames.reverse();
+    frames.into_iter().unzip()
+}
+
+/// The path of every file a frame of `stacks` is in.
+fn files_of(stacks: &Stacks, syms: &mut symbols::Symbols) -> BTreeMap<FileKey, std::path::PathBuf> {
+    let wakes = stacks.wakes.iter().map(|w| &w.blocked_user_at);
+    let all = stacks
+        .target
+        .iter()
+        .chain(&stacks.background)
+        .map(|s| &s.user_at);
+    let mut out = BTreeMap::new();
+    for at in all.chain(wakes).flatten() {
+        if let At::File(f, _) = at
+            && !out.contains_key(f)
+            && let Some(p) = syms.path_of(*f)
+        {
+            out.insert(*f, p);
+        }
+    }
+    out
 }
 
 /// Extra (stack, class, ns) the caller adds: intervals still open at collection.
@@ -528,19 +590,23 @@ pub fn collect(
         // A stack id → who and where (frames root first), symbolized once per use.
         let mut resolve = |id: u32, on_cpu: bool| -> Option<Resolved> {
             let k = keys.get(&id)?;
-            let mut kernel = own_frames(syms.kernel(&nonzero(&k.kernel)), on_cpu, &programs);
-            kernel.reverse();
-            let (mut user, user_whole) = match user_stacks.get(&k.user) {
+            let addrs = nonzero(&k.kernel);
+            let named = syms.kernel(&addrs).into_iter();
+            let kernel = named.zip(addrs.iter().map(|&a| At::Kernel(a))).collect();
+            let (kernel, kernel_at) = root_first(own_frames(kernel, on_cpu, &programs));
+            let (user, user_whole) = match user_stacks.get(&k.user) {
                 Some(u) => user_frames(syms, u, &mappings),
                 None => (Vec::new(), false),
             };
-            user.reverse();
+            let (user, user_at) = root_first(user);
             Some(Resolved {
                 comm: comm_str(&k.comm),
                 tgid: k.tgid,
                 kthread: k.kthread != 0,
                 kernel,
                 user,
+                kernel_at,
+                user_at,
                 user_whole,
             })
         };
@@ -559,6 +625,8 @@ pub fn collect(
                     s.tgid = r.tgid;
                     s.kernel = r.kernel.clone();
                     s.user = r.user.clone();
+                    s.kernel_at = r.kernel_at.clone();
+                    s.user_at = r.user_at.clone();
                     s.user_whole = r.user_whole;
                 }
                 None => s.comm = "[stack unavailable]".to_string(),
@@ -573,14 +641,18 @@ pub fn collect(
                 comm: blocked.comm,
                 blocked_kernel: blocked.kernel,
                 blocked_user: blocked.user,
+                blocked_kernel_at: blocked.kernel_at,
+                blocked_user_at: blocked.user_at,
                 waker_comm: waker.comm,
                 waker_tgid: waker.tgid,
                 waker_kthread: waker.kthread,
                 waker_kernel: waker.kernel,
+                waker_kernel_at: waker.kernel_at,
                 ns,
                 count,
             });
         }
+        stacks.files = files_of(&stacks, syms);
     });
     Ok(Some(stacks))
 }
@@ -591,6 +663,15 @@ mod tests {
 
     fn v(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// `own_frames` on names alone (nowhere), its names back.
+    fn own(names: Vec<String>, on_cpu: bool, programs: &[String]) -> Vec<String> {
+        let frames = names.into_iter().map(|n| (n, At::Nowhere)).collect();
+        own_frames(frames, on_cpu, programs)
+            .into_iter()
+            .map(|f| f.0)
+            .collect()
     }
 
     #[test]
@@ -605,20 +686,17 @@ mod tests {
             "submit_bio",
         ]);
         assert_eq!(
-            own_frames(sample.clone(), true, &progs),
+            own(sample.clone(), true, &progs),
             v(&[PROBES_FRAME, "blk_mq_submit_bio", "submit_bio"])
         );
         // Somebody else's program is left as it is.
-        assert_eq!(own_frames(sample.clone(), true, &v(&["other"])), sample);
+        assert_eq!(own(sample.clone(), true, &v(&["other"])), sample);
         let off = v(&[
             "bpf_get_stack",
             "bpf_prog_0123_sched_switch",
             "__schedule",
             "schedule",
         ]);
-        assert_eq!(
-            own_frames(off, false, &progs),
-            v(&["__schedule", "schedule"])
-        );
+        assert_eq!(own(off, false, &progs), v(&["__schedule", "schedule"]));
     }
 }

@@ -187,6 +187,11 @@ impl Symbols {
         name
     }
 
+    /// The path of a file frames are in, where one is known.
+    pub fn path_of(&mut self, file: FileKey) -> Option<PathBuf> {
+        self.index.find(file)
+    }
+
     /// The name of the code at file offset `offset` of `file` (a caller's frame points
     /// after its call instruction: `leaf` false looks up the byte before).
     pub fn user(&mut self, file: FileKey, offset: u64, leaf: bool) -> String {

@@ -44,6 +44,11 @@ pub struct StackArgs {
     /// RESULTS.flames beside the results file for run).
     #[arg(long)]
     pub flames: Option<PathBuf>,
+    /// Also write the on-CPU, off-CPU and off-wake stacks as pprof profiles (gzipped
+    /// profile.proto, for `go tool pprof`, Pyroscope, Parca) into this directory, named
+    /// as the folded files.
+    #[arg(long, conflicts_with = "no_stacks")]
+    pub pprof: Option<PathBuf>,
 }
 
 impl StackArgs {

@@ -131,11 +131,15 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         quiesce: !a.no_quiesce,
         only: a.only.clone(),
         flames_dir: flames_dir.clone(),
+        pprof_dir: a.stacks.pprof.clone(),
         draw_cells: !a.no_cell_graphs,
         label: a.label.clone(),
         fail_fast: a.fail_fast,
     };
     let kernels = a.vm.guest_kernels(&a.dir)?;
+    if !kernels.is_empty() && a.stacks.pprof.is_some() {
+        anyhow::bail!("--pprof is not available with --kernel yet: profile on the host's kernel");
+    }
     let outcome = match kernels.is_empty() {
         true => run::run(&opts),
         false => {

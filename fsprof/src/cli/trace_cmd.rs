@@ -107,6 +107,7 @@ pub fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
             stem,
             title: what,
             svg: Some(report::flame::render),
+            pprof: a.stacks.pprof.clone(),
         }),
         ..Default::default()
     };
@@ -148,6 +149,22 @@ fn output(result: &TraceResult, json: Option<&Path>) -> Result<ExitCode> {
             .filter_map(|k| k.strip_suffix(".svg"))
             .collect();
         eprintln!("fsprof: flame graphs ({}) in {dir}/", kinds.join(", "));
+    }
+    let profiles: Vec<&String> = result
+        .flames
+        .iter()
+        .filter(|(k, _)| k.ends_with(".pb.gz"))
+        .map(|(_, p)| p)
+        .collect();
+    if !profiles.is_empty() {
+        eprintln!(
+            "fsprof: pprof profiles: {}",
+            profiles
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     if let Some(path) = json {
         report::write_json(result, path)?;

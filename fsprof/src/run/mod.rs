@@ -93,6 +93,8 @@ pub struct RunOptions {
     pub quiesce: bool,
     /// Where folded stacks and flame graphs go (with `stacks`).
     pub flames_dir: PathBuf,
+    /// Where pprof profiles go, per step, each pass's (`--pprof`).
+    pub pprof_dir: Option<PathBuf>,
     /// Draw the per-cell graphs at the end; false in a VM, whose host draws them over
     /// every boot's passes.
     pub draw_cells: bool,
@@ -520,6 +522,7 @@ impl Matrix<'_> {
                 stem: format!("{kind}-pass{pass}"),
                 title: format!("{kind} · {name} · pass {pass}"),
                 svg: None,
+                pprof: opts.pprof_dir.as_ref().map(|d| d.join(&name)),
             }),
             ..Default::default()
         };

@@ -195,6 +195,15 @@ pub fn run(
         .ok()
         .and_then(|m| m.duration_since(t0).ok());
     let _ = std::fs::remove_file(&stamp);
+    // qemu may also refuse KVM at once (seen here: "failed to set MSR 0x10a"): the VM ends
+    // before the script starts, which no later step would explain.
+    if boot.is_none() && !power_cut {
+        let status = status.map_or("a signal".to_string(), |c| format!("status {c}"));
+        match cfg.accel {
+            Accel::Kvm => bail!("{}", kvm_no_boot(&format!("(qemu ended with {status})"))),
+            Accel::Tcg => bail!("the VM ended with {status} before its script started"),
+        }
+    }
     Ok(GuestRun {
         status,
         boot,
@@ -243,17 +252,15 @@ fn vng() -> Command {
 /// works; TCG ~50 s).
 const KVM_BOOT_LIMIT: Duration = Duration::from_secs(30);
 
-/// Why a KVM guest did not boot, and what to do instead.
-fn kvm_no_boot() -> String {
+/// Why a KVM guest did not boot (`how`: within the limit, or qemu ended), and what to do
+/// instead.
+fn kvm_no_boot(how: &str) -> String {
     let why = if Path::new("/sys/module/kvm_pvm").exists() {
         "this host's KVM is PVM (module kvm_pvm), which boots only PVM-enabled guest kernels"
     } else {
         "the guest kernel does not boot under this host's KVM"
     };
-    format!(
-        "the VM did not boot within {} s with --vm-accel kvm: {why}; use --vm-accel tcg",
-        KVM_BOOT_LIMIT.as_secs()
-    )
+    format!("the VM did not boot {how} with --vm-accel kvm: {why}; use --vm-accel tcg")
 }
 
 /// Waits for the VM; on a signal, when it has printed nothing for `stall_limit`, or when
@@ -306,7 +313,10 @@ fn wait(
             && !stamp.exists()
         {
             stop(child)?;
-            bail!("{}", kvm_no_boot());
+            bail!(
+                "{}",
+                kvm_no_boot(&format!("within {} s", KVM_BOOT_LIMIT.as_secs()))
+            );
         }
         // Often enough that a power cut follows the guest's request within milliseconds.
         thread::sleep(Duration::from_millis(if power_cut.is_some() {

@@ -87,6 +87,7 @@ fn main() {
         root stacks::run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral,
         root stacks::fuse_daemon_work_is_background_work,
         root stacks::user_stacks_are_whole_without_frame_pointers,
+        root stacks::pprof_profiles_hold_the_folded_stacks,
         root syscalls::rm_rf_counts_equal_strace,
         root syscalls::children_and_threads_are_all_followed,
         root vm::two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel,

@@ -337,6 +337,7 @@ fn frame_fills(path: &Path) -> Vec<String> {
 pub fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
     let out = TempDir::new("runflames");
     let json = out.0.join("r.json");
+    let pprof = out.0.join("pprof");
     let st = Command::new(fsprof_bin())
         .args([
             "run", "--suite", "none", "--fs", "ext4,xfs", "--passes", "1",
@@ -347,9 +348,16 @@ pub fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
         ])
         .arg("--json")
         .arg(&json)
+        .arg("--pprof")
+        .arg(&pprof)
         .output()
         .unwrap();
     assert_success(&st);
+    // --pprof: each pass's profiles beside its step, named as its folded files.
+    for fs in ["ext4", "xfs"] {
+        let p = pprof.join(format!("write/{fs}-pass1.off-cpu.pb.gz"));
+        assert!(!go_pprof_raw(&p).samples.is_empty(), "{}", p.display());
+    }
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let cells = r["flames"]["cells"]["write"].as_object().unwrap();
@@ -607,6 +615,182 @@ pub fn user_stacks_are_whole_without_frame_pointers() {
             assert!(
                 !stack.contains("[unknown]") && !stack.contains("[mapping not recorded]"),
                 "{stack}"
+            );
+        }
+    }
+}
+
+/// A pprof profile as `go tool pprof -raw` prints it (Go's own decoder of profile.proto).
+struct Raw {
+    /// "samples/count cpu/nanoseconds[dflt]".
+    sample_types: String,
+    /// (values, location ids leaf first, label text).
+    samples: Vec<(Vec<u64>, Vec<u64>, String)>,
+    /// id → function name.
+    locations: std::collections::BTreeMap<u64, String>,
+    /// "ID: start/limit/offset FILE BUILD_ID [FN]".
+    mappings: Vec<String>,
+}
+
+fn go_pprof_raw(path: &Path) -> Raw {
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw", "-symbolize=none"])
+        .arg(path)
+        .output()
+        .expect("go tool pprof (cargo xtask setup installs golang-go)");
+    assert_success(&out);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut raw = Raw {
+        sample_types: String::new(),
+        samples: Vec::new(),
+        locations: Default::default(),
+        mappings: Vec::new(),
+    };
+    let mut section = "";
+    for line in text.lines() {
+        match line {
+            "Samples:" | "Locations" | "Mappings" => {
+                section = line;
+                continue;
+            }
+            _ => {}
+        }
+        match section {
+            "Samples:" if raw.sample_types.is_empty() => raw.sample_types = line.to_string(),
+            "Samples:" if line.starts_with("                ") => {
+                raw.samples.last_mut().unwrap().2 += line.trim();
+            }
+            "Samples:" => {
+                let (values, ids) = line.split_once(':').unwrap();
+                let nums = |s: &str| s.split_whitespace().map(|v| v.parse().unwrap()).collect();
+                raw.samples.push((nums(values), nums(ids), String::new()));
+            }
+            "Locations" => {
+                // "     7: 0xffffffff8134a2b0 M=1 vfs_write :0 s=0"
+                let (id, rest) = line.trim_start().split_once(": ").unwrap();
+                let rest = rest.split_once(' ').unwrap().1;
+                let rest = rest
+                    .strip_prefix("M=")
+                    .map_or(rest, |r| r.split_once(' ').unwrap().1);
+                let name = rest.rsplit_once(" :0 s=0").unwrap().0;
+                raw.locations.insert(id.parse().unwrap(), name.to_string());
+            }
+            "Mappings" => raw.mappings.push(line.to_string()),
+            _ => {}
+        }
+    }
+    raw
+}
+
+/// A folded file without the graph's marks (`_[k]`, `_[w]`), which pprof does not carry.
+fn unmarked(
+    folded: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (k, v) in folded {
+        let frames: Vec<&str> = k
+            .split(';')
+            .map(|f| f.trim_end_matches("_[k]").trim_end_matches("_[w]"))
+            .collect();
+        *out.entry(frames.join(";")).or_insert(0) += v;
+    }
+    out
+}
+
+/// `--pprof`: each profile, decoded by `go tool pprof`, holds the folded file's stacks with
+/// their weights (pprof merges samples of one stack and labels, so per stack within the µs
+/// rounding of each), on- and off-CPU time to the nanosecond of the trace's, its sample
+/// types and labels, and mappings whose build ids are the files' (as readelf reads them).
+pub fn pprof_profiles_hold_the_folded_stacks() {
+    let out = TempDir::new("pprof");
+    let d = out.0.display().to_string();
+    let script =
+        "dd if=/dev/zero of=f bs=1M count=32 oflag=direct status=none; gzip -1 < f | cat > g";
+    let run = Command::new(fsprof_bin())
+        .args([
+            "trace", "--fs", "ext4", "--size", "256M", "--flames", &d, "--pprof", &d,
+        ])
+        .arg("--json")
+        .arg(out.0.join("t.json"))
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert_success(&run);
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(said.contains("pprof profiles: "), "{said}");
+    let t: fsprof::trace::TraceResult =
+        serde_json::from_str(&std::fs::read_to_string(out.0.join("t.json")).unwrap()).unwrap();
+    let st = t.stacks.unwrap();
+    for (kind, types) in [
+        ("on-cpu", "samples/count cpu/nanoseconds[dflt]"),
+        ("off-cpu", "intervals/count off-cpu/nanoseconds[dflt]"),
+        ("off-wake", "wakeups/count blocked/nanoseconds[dflt]"),
+    ] {
+        let raw = go_pprof_raw(&out.0.join(format!("sh.{kind}.pb.gz")));
+        assert_eq!(raw.sample_types, types);
+        let mut rebuilt = std::collections::BTreeMap::new();
+        let ns: u64 = raw.samples.iter().map(|s| s.0[1]).sum();
+        match kind {
+            "on-cpu" => assert_eq!(ns, st.on_cpu_sampled_ns),
+            "off-cpu" => assert_eq!(ns, st.off_cpu_ns),
+            _ => assert!(ns > 0),
+        }
+        for (values, ids, labels) in &raw.samples {
+            assert!(labels.contains("thread:["), "{kind}: {labels}");
+            let names: Vec<String> = ids
+                .iter()
+                .rev()
+                .map(|i| raw.locations[i].replace(';', ":"))
+                .collect();
+            let us = (values[1] + 500) / 1000;
+            if us > 0 {
+                *rebuilt.entry(names.join(";")).or_insert(0) += us;
+            }
+        }
+        let folded = unmarked(&read_folded(&out.0.join(format!("sh.{kind}.folded"))));
+        for stack in rebuilt.keys().chain(folded.keys()) {
+            let (got, us) = (
+                rebuilt.get(stack).unwrap_or(&0),
+                folded.get(stack).unwrap_or(&0),
+            );
+            assert!(
+                got.abs_diff(*us) <= 2 + us / 100,
+                "{kind} {stack}: {got} vs {us} µs"
+            );
+        }
+        assert!(folded.values().sum::<u64>() > 0, "{kind}");
+        eprintln!(
+            "{kind}: {} samples, {} stacks, {} mappings",
+            raw.samples.len(),
+            folded.len(),
+            raw.mappings.len()
+        );
+        if kind == "on-cpu" {
+            // gzip's code is named in its mapping by the build id readelf finds in it.
+            let gzip = raw
+                .mappings
+                .iter()
+                .find(|m| m.contains("/gzip "))
+                .unwrap_or_else(|| panic!("{:?}", raw.mappings));
+            let notes = Command::new("readelf")
+                .args(["-n", "/usr/bin/gzip"])
+                .output()
+                .unwrap();
+            let notes = String::from_utf8_lossy(&notes.stdout);
+            let id = notes
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("Build ID: "))
+                .unwrap();
+            assert!(gzip.contains(id), "{gzip} vs {id}");
+            let kernel = raw
+                .mappings
+                .iter()
+                .find(|m| m.contains("[kernel.kallsyms]"))
+                .unwrap();
+            let kid = kernel.split_whitespace().nth(3).unwrap_or("");
+            assert!(
+                kid.len() == 40 && kid.chars().all(|c| c.is_ascii_hexdigit()),
+                "{kernel}"
             );
         }
     }

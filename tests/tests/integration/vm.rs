@@ -433,7 +433,8 @@ pub fn silent_guest_is_stopped_and_booted_again_once() {
 }
 
 /// `--vm-accel kvm` where the guest cannot boot under KVM (this host's KVM is PVM: stock
-/// kernels stop after "Probing EDD") ends in one line that says why and what to use.
+/// kernels stop after "Probing EDD", or qemu fails at once to set an MSR) ends in one line
+/// that says why and what to use.
 pub fn kvm_that_cannot_boot_the_guest_is_one_line() {
     let started = Instant::now();
     let out = Command::new(fsprof_bin())
@@ -449,7 +450,7 @@ pub fn kvm_that_cannot_boot_the_guest_is_one_line() {
     } else {
         let last = err.lines().last().unwrap_or_default();
         assert!(
-            last.contains("did not boot within 30 s") && last.contains("--vm-accel tcg"),
+            last.contains("did not boot") && last.contains("--vm-accel tcg"),
             "{err}"
         );
         if Path::new("/sys/module/kvm_pvm").exists() {
