@@ -210,6 +210,47 @@ pub fn dir_of(results: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
+/// What an fsprof results file holds: a run's results or a crash study.
+pub enum Saved {
+    Run(Box<RunResult>),
+    Crash(Box<crash::CrashStudy>),
+}
+
+impl Saved {
+    /// Reads a results file of either kind, each checked against its schema version.
+    pub fn load(path: &Path) -> Result<Saved> {
+        let text =
+            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not valid JSON ({e})", path.display()))?;
+        // A crash study has cells of trials where a run has filesystems of passes.
+        let crash = v.get("cells").is_some() && v.get("filesystems").is_none();
+        let want = if crash {
+            crash::CRASH_SCHEMA_VERSION
+        } else {
+            RUN_SCHEMA_VERSION
+        };
+        match v.get("schema_version").and_then(|s| s.as_u64()) {
+            Some(s) if s == want as u64 => {}
+            Some(s) => bail!(
+                "{} has results schema {s}; this fsprof reads {want}",
+                path.display()
+            ),
+            None => bail!(
+                "{} is not an fsprof results file (no schema_version)",
+                path.display()
+            ),
+        }
+        let malformed =
+            |e: serde_json::Error| anyhow::anyhow!("{} is malformed: {e}", path.display());
+        Ok(if crash {
+            Saved::Crash(Box::new(serde_json::from_value(v).map_err(malformed)?))
+        } else {
+            Saved::Run(Box::new(serde_json::from_value(v).map_err(malformed)?))
+        })
+    }
+}
+
 impl RunResult {
     /// Writes atomically (temp file + rename), so a reader never sees half a file.
     pub fn save(&self, path: &Path) -> Result<()> {
@@ -218,23 +259,15 @@ impl RunResult {
 
     /// Loads a results file, with one-line errors for what is not one.
     pub fn load(path: &Path) -> Result<RunResult> {
-        let text =
-            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{} is not valid JSON ({e})", path.display()))?;
-        match v.get("schema_version").and_then(|s| s.as_u64()) {
-            Some(s) if s == RUN_SCHEMA_VERSION as u64 => {}
-            Some(s) => bail!(
-                "{} has results schema {s}; this fsprof reads {RUN_SCHEMA_VERSION}",
-                path.display()
-            ),
-            None => bail!(
-                "{} is not an fsprof results file (no schema_version)",
+        match Saved::load(path)? {
+            Saved::Run(r) => Ok(*r),
+            Saved::Crash(_) => bail!(
+                "{} is a crash study (`fsprof crash`), not a run's results: `fsprof report {}` \
+                 shows it",
+                path.display(),
                 path.display()
             ),
         }
-        serde_json::from_value(v)
-            .map_err(|e| anyhow::anyhow!("{} is malformed: {e}", path.display()))
     }
 
     /// The kernels on the run's kernel axis, in run order; empty without one.

@@ -1,7 +1,9 @@
-//! Reasoning over saved results: `compare` (A/B with significance) and `explain` (where a
-//! cell's time went, and why one filesystem took longer than another).
+//! Reasoning over saved results: `compare` (A/B with significance, of runs and of crash
+//! studies) and `explain` (where a cell's time went, and why one filesystem took longer
+//! than another).
 
 pub mod compare;
+pub mod crash;
 pub mod explain;
 pub mod machine;
 pub mod metrics;

@@ -88,12 +88,14 @@ pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
     // Whatever happened, the trials that finished are shown and written.
     if let Some(study) = &last {
         print!("{}", report::crash::render(study));
-        let csv = a.json.with_extension("csv");
+        let (csv, html) = (a.json.with_extension("csv"), a.json.with_extension("html"));
         std::fs::write(&csv, report::crash::to_csv(study))?;
+        std::fs::write(&html, report::crash::html(study))?;
         eprintln!(
-            "fsprof: results in {} and {}",
+            "fsprof: results in {}, {} and {}",
             a.json.display(),
-            csv.display()
+            csv.display(),
+            html.display()
         );
     }
     let study = outcome?;

@@ -51,7 +51,10 @@ pub struct ReportArgs {
 }
 
 pub fn report_cmd(a: ReportArgs) -> Result<ExitCode> {
-    let r = RunResult::load(&a.results)?;
+    let r = match results::Saved::load(&a.results)? {
+        results::Saved::Run(r) => *r,
+        results::Saved::Crash(study) => return crash_report(&study, &a),
+    };
     if let Some(path) = &a.html {
         write_html(&r, &a.results, path)?;
         return Ok(ExitCode::SUCCESS);
@@ -67,6 +70,23 @@ pub fn report_cmd(a: ReportArgs) -> Result<ExitCode> {
                 report::html::markdown(&r, &a.results.with_extension("charts"), dir)?
             );
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `report` of a crash study: its tables, CSV, JSON, markdown or HTML page.
+fn crash_report(study: &results::crash::CrashStudy, a: &ReportArgs) -> Result<ExitCode> {
+    if let Some(path) = &a.html {
+        std::fs::write(path, report::crash::html(study))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("fsprof: HTML report in {}", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    match a.format {
+        Format::Table => print!("{}", report::crash::render(study)),
+        Format::Csv => print!("{}", report::crash::to_csv(study)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(study)?),
+        Format::Markdown => print!("{}", report::crash::markdown(study)),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -123,6 +143,9 @@ pub struct CompareArgs {
 }
 
 pub fn compare_cmd(a: CompareArgs) -> Result<ExitCode> {
+    if let Some(code) = compare_crash_studies(&a)? {
+        return Ok(code);
+    }
     let load = |list: &str| -> Result<Vec<(PathBuf, RunResult)>> {
         list.split(',')
             .map(|p| Ok((PathBuf::from(p), RunResult::load(Path::new(p))?)))
@@ -196,6 +219,37 @@ pub fn compare_cmd(a: CompareArgs) -> Result<ExitCode> {
         (true, false, true) => ExitCode::from(3),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// `compare` of two crash studies; None when the files are runs' results.
+fn compare_crash_studies(a: &CompareArgs) -> Result<Option<ExitCode>> {
+    let Some(new) = &a.new else {
+        return Ok(None);
+    };
+    if a.base.contains(',') {
+        return Ok(None);
+    }
+    let results::Saved::Crash(base) = results::Saved::load(Path::new(&a.base))? else {
+        return Ok(None);
+    };
+    let results::Saved::Crash(new) = results::Saved::load(Path::new(new))? else {
+        bail!(
+            "{} is a crash study and {new} a run's results: compare two of a kind",
+            a.base
+        );
+    };
+    if a.json.is_some() || a.html.is_some() || a.all {
+        bail!("a comparison of crash studies prints its table only: no --json, --html or --all");
+    }
+    let c = crate::analysis::crash::compare(&base, &new, a.alpha)?;
+    print!("{}", report::crash::compare_table(&c));
+    let less_safe = c
+        .rows
+        .iter()
+        .any(|r| r.verdict == crate::analysis::crash::CrashVerdict::LessSafe);
+    Ok(Some(ExitCode::from(u8::from(
+        a.fail_on_regression && less_safe,
+    ))))
 }
 
 /// Results and where they came from (a path, or `history#ID`).

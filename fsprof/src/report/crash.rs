@@ -4,8 +4,12 @@
 
 use std::fmt::Write;
 
+use super::escape as esc;
 use crate::{
-    analysis::stats,
+    analysis::{
+        crash::{CrashComparison, fisher_exact},
+        stats,
+    },
     results::crash::{CrashCell, CrashCost, CrashStudy},
     units::{bytes, duration_ns},
     workload::crash::Outcome,
@@ -16,13 +20,6 @@ fn median(v: &[u64]) -> Option<u64> {
     (!v.is_empty()).then(|| stats::median(v.to_vec()))
 }
 
-fn outcome_columns(c: &CrashCell) -> String {
-    Outcome::ALL
-        .iter()
-        .map(|o| format!("{:>8}", c.outcomes.get(o).copied().unwrap_or(0)))
-        .collect()
-}
-
 fn fsck_column(c: &CrashCell) -> String {
     match median(&c.fsck_ns) {
         None => "-".into(),
@@ -31,11 +28,92 @@ fn fsck_column(c: &CrashCell) -> String {
     }
 }
 
-/// The study as text tables, one per (filesystem, options, method).
-pub fn render(study: &CrashStudy) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
+/// A table of the study: the cells of one filesystem, options and crash method.
+struct Group<'a> {
+    fs: &'a str,
+    mkfs: &'a str,
+    mount: &'a str,
+    method: &'a str,
+    cells: Vec<&'a CrashCell>,
+}
+
+impl Group<'_> {
+    fn title(&self) -> String {
+        let opts = |s: &str| {
+            if s.is_empty() {
+                "default".to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        format!(
+            "{}  (crashed by {}; mkfs {}, mount {})",
+            self.fs,
+            self.method,
+            opts(self.mkfs),
+            opts(self.mount)
+        )
+    }
+}
+
+fn groups(study: &CrashStudy) -> Vec<Group<'_>> {
+    let mut out: Vec<Group> = Vec::new();
+    for c in &study.cells {
+        let key = (
+            c.fs.as_str(),
+            c.mkfs_opts.as_str(),
+            c.mount_opts.as_str(),
+            c.method.as_str(),
+        );
+        match out
+            .iter_mut()
+            .find(|g| (g.fs, g.mkfs, g.mount, g.method) == key)
+        {
+            Some(g) => g.cells.push(c),
+            None => out.push(Group {
+                fs: key.0,
+                mkfs: key.1,
+                mount: key.2,
+                method: key.3,
+                cells: vec![c],
+            }),
+        }
+    }
+    out
+}
+
+/// A cell as every format shows it.
+struct Row {
+    /// The pattern, `*` when durable.
+    pattern: String,
+    point: String,
+    counts: Vec<u32>,
+    recovery: String,
+    fsck: String,
+    broken: bool,
+}
+
+fn row(c: &CrashCell) -> Row {
+    Row {
+        pattern: format!("{}{}", c.pattern.name(), if c.durable { "*" } else { "" }),
+        point: format!("{} (+{})", c.point.name(), duration_ns(c.wait_ns)),
+        counts: Outcome::ALL
+            .iter()
+            .map(|o| c.outcomes.get(o).copied().unwrap_or(0))
+            .collect(),
+        recovery: median(&c.recovery_ns).map_or("-".into(), duration_ns),
+        fsck: fsck_column(c),
+        broken: c.broken_promise(),
+    }
+}
+
+const BROKEN: &str = "DURABLE PATTERN LOST DATA";
+const FOOTNOTE: &str = "* durable: POSIX promises the new content once the pattern returns. \
+                        recovery: the mount after the crash (journal replay), median; fsck: \
+                        the checker's read-only pass after it, median.";
+
+fn headline(study: &CrashStudy) -> String {
+    format!(
         "fsprof crash: kernel {}, {} trials per cell, each on a fresh filesystem{}",
         study.kernel,
         study.trials,
@@ -44,36 +122,27 @@ pub fn render(study: &CrashStudy) -> String {
         } else {
             " (INTERRUPTED: partial)"
         }
-    );
+    )
+}
+
+fn broken_cells(study: &CrashStudy) -> Vec<String> {
+    study
+        .cells
+        .iter()
+        .filter(|c| c.broken_promise())
+        .map(|c| format!("{} {} {}", c.fs, c.pattern.name(), c.point.name()))
+        .collect()
+}
+
+/// The study as text tables, one per (filesystem, options, method).
+pub fn render(study: &CrashStudy) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", headline(study));
     if let Some(vm) = &study.vm {
         let _ = writeln!(o, "{}", vm.describe());
     }
-    let mut groups: Vec<(&str, &str, &str, &str)> = Vec::new();
-    for c in &study.cells {
-        let key = (
-            c.fs.as_str(),
-            c.mkfs_opts.as_str(),
-            c.mount_opts.as_str(),
-            c.method.as_str(),
-        );
-        if !groups.contains(&key) {
-            groups.push(key);
-        }
-    }
-    for (fs, mkfs, mount, method) in groups {
-        let opts = |s: &str| {
-            if s.is_empty() {
-                "default".to_string()
-            } else {
-                s.to_string()
-            }
-        };
-        let _ = writeln!(
-            o,
-            "\n{fs}  (crashed by {method}; mkfs {}, mount {})",
-            opts(mkfs),
-            opts(mount)
-        );
+    for g in groups(study) {
+        let _ = writeln!(o, "\n{}", g.title());
         let names: String = Outcome::ALL
             .iter()
             .map(|x| format!("{:>8}", x.name()))
@@ -83,44 +152,23 @@ pub fn render(study: &CrashStudy) -> String {
             "  {:<18} {:<24}{names}  {:>9}  fsck (read-only)",
             "pattern", "crash point", "recovery"
         );
-        for c in study.cells.iter().filter(|c| {
-            (
-                c.fs.as_str(),
-                c.mkfs_opts.as_str(),
-                c.mount_opts.as_str(),
-                c.method.as_str(),
-            ) == (fs, mkfs, mount, method)
-        }) {
-            let point = format!("{} (+{})", c.point.name(), duration_ns(c.wait_ns));
-            let mark = if c.broken_promise() {
-                "  ← DURABLE PATTERN LOST DATA"
+        for r in g.cells.iter().map(|c| row(c)) {
+            let counts: String = r.counts.iter().map(|n| format!("{n:>8}")).collect();
+            let mark = if r.broken {
+                format!("  ← {BROKEN}")
             } else {
-                ""
+                String::new()
             };
             let _ = writeln!(
                 o,
-                "  {:<18} {:<24}{}  {:>9}  {}{mark}",
-                format!("{}{}", c.pattern.name(), if c.durable { "*" } else { "" }),
-                point,
-                outcome_columns(c),
-                median(&c.recovery_ns).map_or("-".into(), duration_ns),
-                fsck_column(c),
+                "  {:<18} {:<24}{counts}  {:>9}  {}{mark}",
+                r.pattern, r.point, r.recovery, r.fsck,
             );
         }
     }
-    let _ = writeln!(
-        o,
-        "\n* durable: POSIX promises the new content once the pattern returns. recovery: the \
-         mount after the crash (journal replay), median; fsck: the checker's read-only pass \
-         after it, median."
-    );
+    let _ = writeln!(o, "\n{FOOTNOTE}");
     render_costs(&mut o, &study.costs);
-    let broken: Vec<String> = study
-        .cells
-        .iter()
-        .filter(|c| c.broken_promise())
-        .map(|c| format!("{} {} {}", c.fs, c.pattern.name(), c.point.name()))
-        .collect();
+    let broken = broken_cells(study);
     if !broken.is_empty() {
         let _ = writeln!(
             o,
@@ -131,48 +179,294 @@ pub fn render(study: &CrashStudy) -> String {
     o
 }
 
-/// What each pattern costs the application, per filesystem and options.
-fn render_costs(o: &mut String, costs: &[CrashCost]) {
-    let mut groups: Vec<(&str, &str, &str)> = Vec::new();
+/// The costs of each (filesystem, options): its patterns' rows.
+fn cost_groups(costs: &[CrashCost]) -> Vec<Vec<&CrashCost>> {
+    let mut out: Vec<Vec<&CrashCost>> = Vec::new();
+    let key = |c: &CrashCost| (c.fs.clone(), c.mkfs_opts.clone(), c.mount_opts.clone());
     for c in costs {
-        let key = (c.fs.as_str(), c.mkfs_opts.as_str(), c.mount_opts.as_str());
-        if !groups.contains(&key) {
-            groups.push(key);
+        match out.iter_mut().find(|g| key(g[0]) == key(c)) {
+            Some(g) => g.push(c),
+            None => out.push(vec![c]),
         }
     }
-    for key in groups {
-        let rows: Vec<&CrashCost> = costs
+    out
+}
+
+const COST_HEADER: [&str; 7] = [
+    "pattern",
+    "per update",
+    "sync p50",
+    "sync p99",
+    "commits",
+    "written",
+    "flushes",
+];
+
+fn cost_title(g: &[&CrashCost]) -> String {
+    format!(
+        "{}: what each pattern costs ({} updates traced, no crash; writeback left for later \
+         not included)",
+        g[0].fs, g[0].updates
+    )
+}
+
+fn cost_row(c: &CrashCost) -> [String; 7] {
+    let sync = c.sync_latency();
+    let (written, flushes) = c.written_and_flushes();
+    [
+        c.pattern.name().to_string(),
+        duration_ns(c.per_update_ns()),
+        sync.map_or("-".into(), |s| duration_ns(s.p50)),
+        sync.map_or("-".into(), |s| duration_ns(s.p99)),
+        c.commits().to_string(),
+        bytes(written),
+        flushes.to_string(),
+    ]
+}
+
+/// What each pattern costs the application, per filesystem and options.
+fn render_costs(o: &mut String, costs: &[CrashCost]) {
+    let line = |v: &[String]| {
+        let rest: String = v[1..]
             .iter()
-            .filter(|c| (c.fs.as_str(), c.mkfs_opts.as_str(), c.mount_opts.as_str()) == key)
+            .enumerate()
+            .map(|(i, x)| {
+                let w = if matches!(i, 3 | 5) { 8 } else { 10 };
+                format!(" {x:>w$}")
+            })
             .collect();
-        let _ = writeln!(
-            o,
-            "\n{}: what each pattern costs ({} updates traced, no crash; writeback left for \
-             later not included)",
-            key.0, rows[0].updates
-        );
-        let _ = writeln!(
-            o,
-            "  {:<18} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}",
-            "pattern", "per update", "sync p50", "sync p99", "commits", "written", "flushes"
-        );
-        for c in rows {
-            let sync = c.sync_latency();
-            let (written, flushes) = c.written_and_flushes();
-            let _ = writeln!(
-                o,
-                "  {:<18} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}",
-                c.pattern.name(),
-                duration_ns(c.per_update_ns()),
-                sync.map_or("-".into(), |s| duration_ns(s.p50)),
-                sync.map_or("-".into(), |s| duration_ns(s.p99)),
-                c.commits(),
-                bytes(written),
-                flushes
-            );
+        format!("  {:<18}{rest}", v[0])
+    };
+    for g in cost_groups(costs) {
+        let _ = writeln!(o, "\n{}", cost_title(&g));
+        let _ = writeln!(o, "{}", line(&COST_HEADER.map(String::from)));
+        for c in g {
+            let _ = writeln!(o, "{}", line(&cost_row(c)));
         }
     }
 }
+
+/// The study as a self-contained HTML page: a table per (filesystem, options, method),
+/// each outcome count coloured by what it means, and the costs.
+pub fn html(study: &CrashStudy) -> String {
+    let mut o = format!(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>fsprof crash</title>\
+         <style>{}{CRASH_STYLE}</style></head><body><h1>{}</h1>",
+        super::html::STYLE,
+        esc(&headline(study))
+    );
+    if let Some(vm) = &study.vm {
+        let _ = write!(o, "<p>{}</p>", esc(&vm.describe()));
+    }
+    let head: String = Outcome::ALL
+        .iter()
+        .map(|x| format!("<th>{}</th>", x.name()))
+        .collect();
+    for g in groups(study) {
+        let _ = write!(
+            o,
+            "<h2>{}</h2><table class=\"grid\"><tr><th>pattern</th><th>crash point</th>{head}\
+             <th>recovery</th><th>fsck (read-only)</th></tr>",
+            esc(&g.title())
+        );
+        for r in g.cells.iter().map(|c| row(c)) {
+            let counts: String = r
+                .counts
+                .iter()
+                .zip(Outcome::ALL)
+                .map(|(n, x)| match n {
+                    0 => "<td class=\"none\">0</td>".to_string(),
+                    n => format!("<td class=\"{}\">{n}</td>", x.name()),
+                })
+                .collect();
+            let mark = if r.broken {
+                format!(" <b class=\"broken\">{BROKEN}</b>")
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td>{counts}<td>{}</td><td>{}{mark}</td></tr>",
+                esc(&r.pattern),
+                esc(&r.point),
+                esc(&r.recovery),
+                esc(&r.fsck)
+            );
+        }
+        o.push_str("</table>");
+    }
+    let _ = write!(o, "<p>{}</p>", esc(FOOTNOTE));
+    for g in cost_groups(&study.costs) {
+        let _ = write!(
+            o,
+            "<h2>{}</h2><table class=\"grid\"><tr>",
+            esc(&cost_title(&g))
+        );
+        for h in COST_HEADER {
+            let _ = write!(o, "<th>{h}</th>");
+        }
+        o.push_str("</tr>");
+        for c in g {
+            let cells: String = cost_row(c)
+                .iter()
+                .map(|x| format!("<td>{}</td>", esc(x)))
+                .collect();
+            let _ = write!(o, "<tr>{cells}</tr>");
+        }
+        o.push_str("</table>");
+    }
+    let broken = broken_cells(study);
+    if !broken.is_empty() {
+        let _ = write!(
+            o,
+            "<p class=\"broken\">Data lost after a durable pattern (a filesystem bug, or fsprof's): {}</p>",
+            esc(&broken.join(", "))
+        );
+    }
+    o.push_str("</body></html>\n");
+    o
+}
+
+/// The study as markdown tables, for a write-up.
+pub fn markdown(study: &CrashStudy) -> String {
+    let line = |v: &[String]| format!("| {} |\n", v.join(" | "));
+    let sep = |n: usize| format!("|{}\n", "---|".repeat(n));
+    let mut o = format!("{}\n", headline(study));
+    for g in groups(study) {
+        let mut head = vec!["pattern".to_string(), "crash point".to_string()];
+        head.extend(Outcome::ALL.iter().map(|x| x.name().to_string()));
+        head.extend(["recovery".to_string(), "fsck (read-only)".to_string()]);
+        let _ = write!(
+            o,
+            "\n### {}\n\n{}{}",
+            g.title(),
+            line(&head),
+            sep(head.len())
+        );
+        for r in g.cells.iter().map(|c| row(c)) {
+            let mut v = vec![r.pattern.replace('*', "\\*"), r.point];
+            v.extend(r.counts.iter().map(u32::to_string));
+            let mark = if r.broken {
+                format!(" **{BROKEN}**")
+            } else {
+                String::new()
+            };
+            v.extend([r.recovery, format!("{}{mark}", r.fsck)]);
+            o.push_str(&line(&v));
+        }
+    }
+    let _ = writeln!(o, "\n{}", FOOTNOTE.replace('*', "\\*"));
+    for g in cost_groups(&study.costs) {
+        let head = COST_HEADER.map(String::from);
+        let _ = write!(
+            o,
+            "\n### {}\n\n{}{}",
+            cost_title(&g),
+            line(&head),
+            sep(head.len())
+        );
+        for c in g {
+            o.push_str(&line(&cost_row(c)));
+        }
+    }
+    o
+}
+
+/// A comparison of two crash studies as text: per cell each side's trials that found the
+/// new content, Fisher's p and the verdict; then each pattern's cost on both sides.
+pub fn compare_table(c: &CrashComparison) -> String {
+    let mut o = String::new();
+    let smallest = c
+        .rows
+        .iter()
+        .map(|r| fisher_exact(r.base.trials(), 0, 0, r.new.trials()))
+        .fold(1.0, f64::min);
+    let _ = writeln!(
+        o,
+        "fsprof compare: two crash studies, {} cells; each side's trials that found the new \
+         content, Fisher's exact test per cell at α = {} (when nothing changed a cell is \
+         flagged with probability at most α: at most {:.2} false flags expected here; at these \
+         trials the smallest p a cell can reach is {:.4})",
+        c.rows.len(),
+        c.alpha,
+        c.alpha * c.rows.len() as f64,
+        smallest
+    );
+    let opts = |cell: &CrashCell| {
+        let o = [("mkfs", &cell.mkfs_opts), ("mount", &cell.mount_opts)]
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>();
+        if o.is_empty() {
+            "default".to_string()
+        } else {
+            o.join(", ")
+        }
+    };
+    let _ = writeln!(
+        o,
+        "  {:<6} {:<18} {:<13} {:>9} {:>9} {:>7}  verdict",
+        "fs", "pattern", "crash point", "base new", "new new", "p"
+    );
+    let mut sides: Vec<String> = Vec::new();
+    for r in &c.rows {
+        let side = format!("{}: base {}; new {}", r.base.fs, opts(r.base), opts(r.new));
+        if !sides.contains(&side) {
+            sides.push(side);
+        }
+        let frac = |cell: &CrashCell| {
+            let n = cell.outcomes.get(&Outcome::New).copied().unwrap_or(0);
+            format!("{n}/{}", cell.trials())
+        };
+        let _ = writeln!(
+            o,
+            "  {:<6} {:<18} {:<13} {:>9} {:>9} {:>7.4}  {}",
+            r.base.fs,
+            r.base.pattern.name(),
+            r.base.point.name(),
+            frac(r.base),
+            frac(r.new),
+            r.p,
+            r.verdict.name()
+        );
+    }
+    for s in sides {
+        let _ = writeln!(o, "  {s}");
+    }
+    if !c.costs.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nwhat each pattern costs, base → new (one traced pass a side: shown, not tested)"
+        );
+        let _ = writeln!(
+            o,
+            "  {:<6} {:<18} {:>23} {:>23}",
+            "fs", "pattern", "per update", "sync p50"
+        );
+        for (b, n) in &c.costs {
+            let p50 = |x: &CrashCost| x.sync_latency().map_or("-".into(), |s| duration_ns(s.p50));
+            let _ = writeln!(
+                o,
+                "  {:<6} {:<18} {:>23} {:>23}",
+                b.fs,
+                b.pattern.name(),
+                format!(
+                    "{} → {}",
+                    duration_ns(b.per_update_ns()),
+                    duration_ns(n.per_update_ns())
+                ),
+                format!("{} → {}", p50(b), p50(n)),
+            );
+        }
+    }
+    o
+}
+
+/// Outcome colours: the new content green, the old one amber, losses red.
+const CRASH_STYLE: &str = "td.new{background:#cdeccd}td.old{background:#f6e3b4}\
+td.empty,td.zeros,td.mixed,td.missing,td.error{background:#f4b6b6}td.none{color:#bbb}\
+.broken{color:#b00}";
 
 /// One row per cell: its keys, outcome counts, median recovery and fsck times.
 pub fn to_csv(study: &CrashStudy) -> String {

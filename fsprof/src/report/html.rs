@@ -406,7 +406,7 @@ fn flames(r: &RunResult, step: &str, base: &str, id: usize) -> String {
     o
 }
 
-const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}\
+pub(super) const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}\
 h1{font-size:22px}h2{margin-top:36px;border-bottom:1px solid #ccc}\
 table{border-collapse:collapse;margin:8px 0}th,td{padding:3px 8px;text-align:right;font-size:13px}\
 th:first-child,td:first-child{text-align:left}.grid td,.grid th{border-bottom:1px solid #eee}\

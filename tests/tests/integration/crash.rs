@@ -152,6 +152,64 @@ pub fn cost_pass_counts_the_syncs_each_pattern_makes() {
     }
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("what each pattern costs"), "{table}");
+    // The saved study reads back: `report` prints the table `crash` printed, its markdown
+    // has a row per cell and per cost, the HTML page beside the JSON colours each outcome
+    // found.
+    let report = |args: &[&str]| {
+        let mut c = Command::new(fsprof_bin());
+        c.arg("report").arg(&json).args(args).output().unwrap()
+    };
+    let again = report(&[]);
+    assert_success(&again);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), table);
+    let md = String::from_utf8(report(&["--format", "markdown"]).stdout).unwrap();
+    let rows = md
+        .lines()
+        .filter(|l| l.starts_with("| rename-") || l.starts_with("| append-"))
+        .count();
+    assert_eq!(rows, s.cells.len() + s.costs.len(), "{md}");
+    let html = std::fs::read_to_string(json.with_extension("html")).unwrap();
+    let found_new = s
+        .cells
+        .iter()
+        .filter(|c| c.outcomes.get(&Outcome::New).is_some_and(|&n| n > 0))
+        .count();
+    assert_eq!(
+        html.matches("<td class=\"new\">").count(),
+        found_new,
+        "{html}"
+    );
+    // Against itself: every cell the same, p = 1, and the costs side by side.
+    let cmp = Command::new(fsprof_bin())
+        .arg("compare")
+        .args([&json, &json])
+        .arg("--fail-on-regression")
+        .output()
+        .unwrap();
+    assert_success(&cmp);
+    let text = String::from_utf8_lossy(&cmp.stdout);
+    let same = text
+        .lines()
+        .filter(|l| l.ends_with("  same") && l.contains(" 1.0000 "))
+        .count();
+    assert_eq!(same, s.cells.len(), "{text}");
+    assert!(
+        text.contains("what each pattern costs, base → new"),
+        "{text}"
+    );
+    // A crash study is not a run's results: one line.
+    let run = Command::new(fsprof_bin())
+        .args(["explain"])
+        .arg(&json)
+        .args(["--step", "x", "--fs", "ext4", "--vs", "xfs"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(
+        err.lines().count() == 1 && err.contains("is a crash study"),
+        "{err}"
+    );
 }
 
 pub fn a_filesystem_the_host_cannot_crash_is_a_one_line_error() {
