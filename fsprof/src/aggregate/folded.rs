@@ -143,7 +143,7 @@ fn sample_of(
     }
 }
 
-/// The target's stacks of one class side: the thread, then its class unless on-CPU.
+/// The target's stacks of one kind: the thread's frame, then its class's unless on-CPU.
 fn target_samples(stacks: &Stacks, kind: Kind) -> Vec<Sample> {
     let on = TimeClass::OnCpu as u32;
     let wanted = |s: &&WeightedStack| match kind {
