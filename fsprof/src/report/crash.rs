@@ -28,58 +28,46 @@ fn fsck_column(c: &CrashCell) -> String {
     }
 }
 
-/// A table of the study: the cells of one filesystem, options and crash method.
-struct Group<'a> {
-    fs: &'a str,
-    mkfs: &'a str,
-    mount: &'a str,
-    method: &'a str,
-    cells: Vec<&'a CrashCell>,
-}
-
-impl Group<'_> {
-    fn title(&self) -> String {
-        let opts = |s: &str| {
-            if s.is_empty() {
-                "default".to_string()
-            } else {
-                s.to_string()
-            }
-        };
-        format!(
-            "{}  (crashed by {}; mkfs {}, mount {})",
-            self.fs,
-            self.method,
-            opts(self.mkfs),
-            opts(self.mount)
-        )
-    }
-}
-
-fn groups(study: &CrashStudy) -> Vec<Group<'_>> {
-    let mut out: Vec<Group> = Vec::new();
-    for c in &study.cells {
-        let key = (
-            c.fs.as_str(),
-            c.mkfs_opts.as_str(),
-            c.mount_opts.as_str(),
-            c.method.as_str(),
-        );
-        match out
-            .iter_mut()
-            .find(|g| (g.fs, g.mkfs, g.mount, g.method) == key)
-        {
-            Some(g) => g.cells.push(c),
-            None => out.push(Group {
-                fs: key.0,
-                mkfs: key.1,
-                mount: key.2,
-                method: key.3,
-                cells: vec![c],
-            }),
+/// `items` in groups of equal `key`, in order of first appearance.
+fn group_by<T, K: PartialEq>(items: &[T], key: impl Fn(&T) -> K) -> Vec<Vec<&T>> {
+    let mut out: Vec<Vec<&T>> = Vec::new();
+    for x in items {
+        match out.iter_mut().find(|g| key(g[0]) == key(x)) {
+            Some(g) => g.push(x),
+            None => out.push(vec![x]),
         }
     }
     out
+}
+
+/// The study's tables: the cells of one filesystem, options and crash method each.
+fn groups(study: &CrashStudy) -> Vec<Vec<&CrashCell>> {
+    group_by(&study.cells, |c| {
+        (
+            c.fs.clone(),
+            c.mkfs_opts.clone(),
+            c.mount_opts.clone(),
+            c.method.clone(),
+        )
+    })
+}
+
+fn title(cells: &[&CrashCell]) -> String {
+    let c = cells[0];
+    let opts = |s: &str| {
+        if s.is_empty() {
+            "default".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    format!(
+        "{}  (crashed by {}; mkfs {}, mount {})",
+        c.fs,
+        c.method,
+        opts(&c.mkfs_opts),
+        opts(&c.mount_opts)
+    )
 }
 
 /// A cell as every format shows it.
@@ -142,7 +130,7 @@ pub fn render(study: &CrashStudy) -> String {
         let _ = writeln!(o, "{}", vm.describe());
     }
     for g in groups(study) {
-        let _ = writeln!(o, "\n{}", g.title());
+        let _ = writeln!(o, "\n{}", title(&g));
         let names: String = Outcome::ALL
             .iter()
             .map(|x| format!("{:>8}", x.name()))
@@ -152,7 +140,7 @@ pub fn render(study: &CrashStudy) -> String {
             "  {:<18} {:<24}{names}  {:>9}  fsck (read-only)",
             "pattern", "crash point", "recovery"
         );
-        for r in g.cells.iter().map(|c| row(c)) {
+        for r in g.iter().map(|c| row(c)) {
             let counts: String = r.counts.iter().map(|n| format!("{n:>8}")).collect();
             let mark = if r.broken {
                 format!("  ← {BROKEN}")
@@ -181,15 +169,9 @@ pub fn render(study: &CrashStudy) -> String {
 
 /// The costs of each (filesystem, options): its patterns' rows.
 fn cost_groups(costs: &[CrashCost]) -> Vec<Vec<&CrashCost>> {
-    let mut out: Vec<Vec<&CrashCost>> = Vec::new();
-    let key = |c: &CrashCost| (c.fs.clone(), c.mkfs_opts.clone(), c.mount_opts.clone());
-    for c in costs {
-        match out.iter_mut().find(|g| key(g[0]) == key(c)) {
-            Some(g) => g.push(c),
-            None => out.push(vec![c]),
-        }
-    }
-    out
+    group_by(costs, |c| {
+        (c.fs.clone(), c.mkfs_opts.clone(), c.mount_opts.clone())
+    })
 }
 
 const COST_HEADER: [&str; 7] = [
@@ -267,9 +249,9 @@ pub fn html(study: &CrashStudy) -> String {
             o,
             "<h2>{}</h2><table class=\"grid\"><tr><th>pattern</th><th>crash point</th>{head}\
              <th>recovery</th><th>fsck (read-only)</th></tr>",
-            esc(&g.title())
+            esc(&title(&g))
         );
-        for r in g.cells.iter().map(|c| row(c)) {
+        for r in g.iter().map(|c| row(c)) {
             let counts: String = r
                 .counts
                 .iter()
@@ -339,11 +321,11 @@ pub fn markdown(study: &CrashStudy) -> String {
         let _ = write!(
             o,
             "\n### {}\n\n{}{}",
-            g.title(),
+            title(&g),
             line(&head),
             sep(head.len())
         );
-        for r in g.cells.iter().map(|c| row(c)) {
+        for r in g.iter().map(|c| row(c)) {
             let mut v = vec![r.pattern.replace('*', "\\*"), r.point];
             v.extend(r.counts.iter().map(u32::to_string));
             let mark = if r.broken {
