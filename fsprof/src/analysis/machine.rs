@@ -19,23 +19,37 @@ pub struct MachineCheck {
     /// hypervisor, averaged over the wall time of the compared cells: base side.
     pub base_cpus: f64,
     pub new_cpus: f64,
-    /// |new_cpus − base_cpus| ≥ `threshold_cpus`.
+    /// |new_cpus − base_cpus| ≥ `threshold_cpus` beyond the tick resolution of each side.
     pub differed: bool,
     pub threshold_cpus: f64,
     /// Flags of times that include waiting, set aside (made inconclusive).
     pub set_aside: usize,
 }
 
-/// Other processes' user CPU plus steal, over wall, of these passes; None when one of them
-/// has no record of the machine (results of an fsprof before it kept one).
-fn load<'a>(passes: impl Iterator<Item = &'a StepRun>) -> Option<f64> {
-    let (mut other, mut wall) = (0u64, 0u64);
+/// How far one pass's figure of other processes' CPU time may be off: /proc/stat counts in
+/// USER_HZ ticks (10 ms) per CPU, so a difference of two reads is off by up to a tick per CPU
+/// (2 here), and the target's own user time, taken from it, is counted differently (rusage).
+/// Over a 14 ms cell that is worth 1.4 CPUs: CI once saw a 3-pass cell of 14 ms "differ".
+const PASS_RESOLUTION_NS: f64 = 20e6;
+
+/// Other processes' user CPU plus steal, over wall, of these passes, and how many CPUs that
+/// may be off by (`PASS_RESOLUTION_NS` per pass); None when one of them has no record of the
+/// machine (results of an fsprof before it kept one).
+fn load<'a>(passes: impl Iterator<Item = &'a StepRun>) -> Option<(f64, f64)> {
+    let (mut other, mut wall, mut n) = (0u64, 0u64, 0u32);
     for s in passes {
         let m = s.trace.machine?;
         other += m.user_ns.saturating_sub(s.trace.user_ns) + m.steal_ns;
         wall += s.trace.wall_ns;
+        n += 1;
     }
-    (wall > 0).then(|| other as f64 / wall as f64)
+    (wall > 0).then(|| {
+        let wall = wall as f64;
+        (
+            other as f64 / wall,
+            f64::from(n) * PASS_RESOLUTION_NS / wall,
+        )
+    })
 }
 
 /// The check over the compared passes of each side.
@@ -43,11 +57,12 @@ pub fn check<'a>(
     base: impl Iterator<Item = &'a StepRun>,
     new: impl Iterator<Item = &'a StepRun>,
 ) -> Option<MachineCheck> {
-    let (b, n) = (load(base)?, load(new)?);
+    let ((b, b_off), (n, n_off)) = (load(base)?, load(new)?);
     Some(MachineCheck {
         base_cpus: b,
         new_cpus: n,
-        differed: (n - b).abs() >= DIFFERS_CPUS,
+        // Apart by the threshold beyond what the ticks can be off by.
+        differed: (n - b).abs() - b_off - n_off >= DIFFERS_CPUS,
         threshold_cpus: DIFFERS_CPUS,
         set_aside: 0,
     })
