@@ -77,11 +77,20 @@ pub struct ProbeConfig {
     /// offsetof(struct task_struct, se.sum_exec_runtime): the CPU time the scheduler
     /// charged the task, which leaves out time a hypervisor stole from its CPU.
     pub task_sum_exec: u32,
+    /// offsetof(struct request, __sector), (struct task_struct, prio): the timeline's
+    /// block slices and scheduler events.
+    pub request_sector: u32,
+    pub task_prio: u32,
+    /// Non-zero: the timeline is on (`--timeline`): the fs event program also streams each
+    /// completed pair, and sys_exit each syscall at least `timeline_syscall_ns` long.
+    pub timeline: u32,
+    pub _pad_timeline: u32,
+    pub timeline_syscall_ns: u64,
 }
 
 // Passed to the kernel as plain bytes (aya::Pod): no implicit padding anywhere.
 const _: () =
-    assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4 + 8 + 2 * 4 + 20 * 4);
+    assert!(core::mem::size_of::<ProbeConfig>() == 14 * 4 + 8 + 2 * 4 + 8 + 2 * 4 + 24 * 4 + 8);
 
 // Task state bits (include/linux/sched.h); #defines, so not in BTF, and stable for decades.
 pub const TASK_INTERRUPTIBLE: u32 = 0x1;

@@ -10,6 +10,7 @@ pub mod kdev;
 #[cfg(feature = "user")]
 pub mod map_names;
 pub mod maps;
+pub mod timeline;
 pub mod unwind;
 
 pub use config::ProbeConfig;

@@ -37,6 +37,8 @@ pub enum MapName {
     SyscallRow,
     Tasks,
     Times,
+    Timeline,
+    TimelineLost,
     UnwindFiles,
     UnwindIndex,
     UnwindMisses,

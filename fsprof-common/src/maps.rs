@@ -372,9 +372,11 @@ indexed_enum! {
         /// A begun fs pair instance was overwritten by another that hashed to its slot (see
         /// `pending_slot`): its end finds nothing and its latency is missing.
         FsPairSlotTaken = 6,
+        /// A timeline event found the TIMELINE ring buffer full.
+        TimelineFull = 7,
     }
 }
-pub const LOST_KINDS: u32 = 7;
+pub const LOST_KINDS: u32 = 8;
 
 indexed_enum! {
     /// Plain event counters (not losses), per-CPU array.
@@ -429,9 +431,14 @@ indexed_enum! {
         OnCpuSample = 10,
         FloorTp = 11,
         FloorSample = 12,
+        TimelineSwitch = 13,
+        TimelineWaking = 14,
+        TimelineFork = 15,
+        TimelineBlockIssue = 16,
+        TimelineBlockComplete = 17,
     }
 }
-pub const PROGRAMS: u32 = 13;
+pub const PROGRAMS: u32 = 18;
 
 /// Frames kept per kernel stack and per user stack. Filesystem paths from a syscall down to
 /// io_schedule are 20-50 frames deep; deeper stacks are cut at the root end.
@@ -624,6 +631,21 @@ mod names {
         Counter = COUNTERS,
         Program = PROGRAMS
     );
+
+    impl Program {
+        /// The tracepoint the program runs on: its own name, but for the timeline's
+        /// programs, which share the aggregating programs' tracepoints.
+        pub fn tracepoint(self) -> &'static str {
+            match self {
+                Program::TimelineSwitch => "sched_switch",
+                Program::TimelineWaking => "sched_waking",
+                Program::TimelineFork => "sched_process_fork",
+                Program::TimelineBlockIssue => "block_rq_issue",
+                Program::TimelineBlockComplete => "block_rq_complete",
+                p => p.name(),
+            }
+        }
+    }
 
     impl BlockClass {
         pub fn from_u32(v: u32) -> BlockClass {

@@ -77,7 +77,7 @@ fn slot_of(dev: u32) -> u32 {
 
 /// The request's device: its kernel dev_t and slot, or None when it is filtered out.
 #[inline(always)]
-fn watched_dev(rq: *const u8) -> Option<(u32, u32)> {
+pub(crate) fn watched_dev(rq: *const u8) -> Option<(u32, u32)> {
     let q = btf_read::<*const u8>(rq, conf!(request_q));
     let disk = btf_read::<*const u8>(q, conf!(queue_disk));
     if disk.is_null() {
@@ -162,12 +162,12 @@ fn add(kind: HistKind, dev: u32, slot: u32, class: u32, value: u64) {
 }
 
 #[inline(always)]
-fn class_of(rq: *const u8) -> BlockClass {
+pub(crate) fn class_of(rq: *const u8) -> BlockClass {
     BlockClass::from_cmd_flags(btf_read::<u32>(rq, conf!(request_cmd_flags)))
 }
 
 #[inline(always)]
-fn data_len(rq: *const u8) -> u32 {
+pub(crate) fn data_len(rq: *const u8) -> u32 {
     btf_read::<u32>(rq, conf!(request_data_len))
 }
 

@@ -56,6 +56,11 @@ pub static CONFIG: ProbeConfig = ProbeConfig {
     task_mm: 0,
     mm_start_code: 0,
     task_sum_exec: 0,
+    request_sector: 0,
+    task_prio: 0,
+    timeline: 0,
+    _pad_timeline: 0,
+    timeline_syscall_ns: 0,
 };
 
 /// Threads being followed: the target and everything it forks.

@@ -17,8 +17,11 @@ use fsprof_common::{
     MAX_FS_DEVS, MAX_FS_EVENTS, MAX_FS_PAIRS, PendingPair, Program, TimeStats, pending_slot,
 };
 
-use crate::common::{
-    conf, current_tid, followed, hist_add_row, lost, now, ran, read_kernel, row_at,
+use fsprof_common::timeline::TimelineKind;
+
+use crate::{
+    common::{conf, current_tid, followed, hist_add_row, lost, now, ran, read_kernel, row_at},
+    timeline,
 };
 
 /// Event index (the cookie) → its config; filled by userspace.
@@ -115,6 +118,7 @@ fn end_pair(pair: u32, key: u64, ts: u64) {
     }
     let row = row_at(conf!(rows_fs_pairs), pair.wrapping_sub(1));
     hist_add_row(row, HistKind::FsPairLatency, 0, pair, lat);
+    timeline::span(TimelineKind::FsPair, pair, start, 0);
 }
 
 /// The last filesystem found in FS_DEVS on this CPU: a filesystem never leaves FS_DEVS, and

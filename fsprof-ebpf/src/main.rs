@@ -14,6 +14,7 @@ mod offcpu;
 mod sched;
 mod stacks;
 mod syscalls;
+mod timeline;
 mod unwind;
 
 #[cfg(not(test))]

@@ -98,7 +98,7 @@ unsafe fn switch_in_unseen(t: *mut TaskState, ts: u64, exec: u64) {
 }
 
 #[inline(always)]
-fn off_class(preempt: bool, state: u32, prev: u64) -> TimeClass {
+pub(crate) fn off_class(preempt: bool, state: u32, prev: u64) -> TimeClass {
     if preempt || state == 0 {
         return TimeClass::RunQueue;
     }

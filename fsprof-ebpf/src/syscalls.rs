@@ -10,15 +10,18 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray},
     programs::RawTracePointContext,
 };
-use fsprof_common::{HistKind, Lost, MAX_SYSCALLS, NO_ROW, Program, SyscallStats};
+use fsprof_common::{
+    HistKind, Lost, MAX_SYSCALLS, NO_ROW, Program, SyscallStats, timeline::TimelineKind,
+};
 
 use crate::{
     common::{
-        adopt_current, current_tgid, current_tid, followed, hist_add_row, lost, now, on_cpu, ran,
+        adopt_current, conf, current_tgid, current_tid, followed, hist_add_row, lost, now, on_cpu,
+        ran,
     },
     offcpu,
     stacks::{SLOT_SYSCALL, capture_user},
-    unwind,
+    timeline, unwind,
 };
 
 /// mmap on x86-64: its return is where the loader put a library's code (see
@@ -122,6 +125,9 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
         }
     }
     add_latency(nr, latency);
+    if latency >= conf!(timeline_syscall_ns) {
+        timeline::span(TimelineKind::Syscall, nr, start, ret);
+    }
     0
 }
 

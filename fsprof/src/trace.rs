@@ -13,6 +13,7 @@ use crate::{
     aggregate::{
         self, Profile, folded,
         stacks::{self, BackgroundSummary, StackSummary, Stacks},
+        timeline::TimelineSummary,
     },
     lab::{self, LabFs, quiesce},
     os,
@@ -52,6 +53,8 @@ pub struct TraceOptions {
     pub device_name: Option<String>,
     /// Where to write folded stacks and flame graphs (needs `probes.stacks`).
     pub flames: Option<FlameOutput>,
+    /// Where to write the timeline (a Perfetto trace; needs `probes.timeline`).
+    pub timeline: Option<PathBuf>,
 }
 
 impl TraceOptions {
@@ -221,6 +224,9 @@ pub struct TraceResult {
     /// What the whole machine did meanwhile; null when /proc/stat could not be read.
     #[serde(default)]
     pub machine: Option<MachineLoad>,
+    /// The timeline written (`--timeline`); null without one.
+    #[serde(default)]
+    pub timeline: Option<TimelineSummary>,
 }
 
 /// The whole machine's CPU time while the target ran (/proc/stat, 10 ms ticks): user time of
@@ -453,6 +459,23 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
         }
     }
     probes.laps.skip();
+    if let Some(records) = probes.finish_timeline() {
+        let path = opts
+            .timeline
+            .as_deref()
+            .context("a timeline without a file")?;
+        let names = aggregate::timeline::SpanNames {
+            pairs: probes
+                .fs_events
+                .iter()
+                .flat_map(|f| f.pairs.iter().cloned())
+                .collect(),
+            syscall_min_ns: opts.probes.timeline.map_or(0, |t| t.syscall_min_ns),
+        };
+        let written = aggregate::timeline::write(path, records?, &result.kernel, &names)?;
+        result.timeline = Some(written);
+        probes.laps.lap("timeline");
+    }
     let (profile, open) = aggregate::collect(&probes)?;
     result.profile = profile;
     probes.laps.lap("collect");

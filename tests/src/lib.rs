@@ -142,6 +142,22 @@ pub fn assert_success(out: &std::process::Output) {
     );
 }
 
+/// `fsprof trace ARGS --json JSON -- sh -c SCRIPT`, which must succeed: what it said on
+/// stderr, and its result read back.
+pub fn trace_sh(args: &[&str], json: &Path, script: &str) -> (String, TraceResult) {
+    let run = Command::new(fsprof_bin())
+        .arg("trace")
+        .args(args)
+        .arg("--json")
+        .arg(json)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert_success(&run);
+    let result = serde_json::from_str(&fs::read_to_string(json).unwrap()).unwrap();
+    (String::from_utf8_lossy(&run.stderr).into_owned(), result)
+}
+
 /// fsprof's binary, built next to the test executables (target/<profile>/fsprof).
 pub fn fsprof_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();

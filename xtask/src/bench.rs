@@ -22,6 +22,8 @@ use crate::{run, setup};
 
 const DIR: &str = "/run/fsprof-bench";
 const IMAGE_DIR: &str = "/var/tmp/fsprof-bench";
+/// In the bench's tmpfs (`DIR`, its `files`), gone with it.
+const TIMELINE_FILE: &str = "/run/fsprof-bench/files/timeline.perfetto-trace";
 
 /// A way of running each workload; the names are what `--modes` takes and the table shows.
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
@@ -37,6 +39,8 @@ pub enum Mode {
     #[value(name = "no-fs-ev")]
     NoFsEvents,
     Census,
+    /// The default plus `--timeline`: every switch, wakeup and block request streamed.
+    Timeline,
     Bpftrace,
 }
 
@@ -62,6 +66,7 @@ impl Mode {
             Mode::NoStacks => Some(&["--no-stacks"]),
             Mode::NoFsEvents => Some(&["--no-fs-events"]),
             Mode::Census => Some(&["--all-fs-events"]),
+            Mode::Timeline => Some(&["--timeline", TIMELINE_FILE]),
         }
     }
 }
@@ -662,21 +667,34 @@ fn print_ratios(samples: &Samples, runs: usize, filesystems: &[String], sel: &[u
     }
 }
 
-/// fsprof's own kernel time per program in the default mode (the median run).
+/// fsprof's own kernel time per program in the default mode (the median run), and in the
+/// timeline mode the timeline's own programs: what it adds.
 fn print_programs(samples: &Samples, filesystems: &[String]) {
-    let default = modes().iter().position(|&m| m == Mode::Default);
-    println!("\nfsprof's own kernel time in the default mode (median run), per program:");
-    for w in WORKLOADS {
-        for fs in filesystems {
-            let Some(v) = default.and_then(|d| samples.get(&(w.to_string(), fs.clone(), d))) else {
-                continue;
-            };
-            let mut v = v.clone();
-            v.sort_by(|a, b| a.wall.total_cmp(&b.wall));
-            let s = &v[v.len() / 2];
+    for (mode, only) in [(Mode::Default, ""), (Mode::Timeline, "timeline_")] {
+        let Some(m) = modes().iter().position(|&x| x == mode) else {
+            continue;
+        };
+        let rows: Vec<(&str, &String, Sample)> = WORKLOADS
+            .iter()
+            .flat_map(|w| filesystems.iter().map(move |fs| (*w, fs)))
+            .filter_map(|(w, fs)| {
+                let runs = samples.get(&(w.to_string(), fs.clone(), m))?;
+                Some((w, fs, median_run(runs)?))
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        println!(
+            "\nfsprof's own kernel time in the {} mode (median run), per {}program:",
+            mode.label(),
+            if only.is_empty() { "" } else { "timeline " }
+        );
+        for (w, fs, s) in rows {
             let progs: Vec<String> = s
                 .programs
                 .iter()
+                .filter(|(p, _, _)| p.starts_with(only))
                 .take(6)
                 .map(|(p, runs, ns)| {
                     format!(
@@ -694,6 +712,13 @@ fn print_programs(samples: &Samples, filesystems: &[String]) {
             );
         }
     }
+}
+
+/// The run of median wall time.
+fn median_run(v: &[Sample]) -> Option<Sample> {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.wall.total_cmp(&b.wall));
+    v.get(v.len() / 2).cloned()
 }
 
 /// `fsprof trace -- true` end to end, and fsprof's own phases inside it (its JSON's

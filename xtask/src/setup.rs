@@ -30,10 +30,11 @@ const TOOLS: &[&str] = &[
     "reiserfsprogs",
     "f2fs-tools",
     "nilfs-tools",
-    "postgresql", // the pgbench step's server
-    "bonnie++",   // an external workload the studies used
-    "chromium",   // headless, to test that the HTML report renders
-    "golang-go",  // `go tool pprof`: reads the pprof profiles fsprof writes, in the tests
+    "postgresql",        // the pgbench step's server
+    "bonnie++",          // an external workload the studies used
+    "chromium",          // headless, to test that the HTML report renders
+    "golang-go",         // `go tool pprof`: reads the pprof profiles fsprof writes, in the tests
+    "protobuf-compiler", // protoc: the tests' Perfetto schema crate generates its decoder
     // `fsprof run --kernel`: qemu boots the guest through virtme-ng, whose initramfs needs
     // busybox and whose guest needs udevd for its script channel (virtio-serial ports).
     "qemu-system-x86",

@@ -148,7 +148,7 @@ fn unfinished(probes: &Probes) -> Result<Vec<RequestTimes>> {
     Ok(out)
 }
 
-fn dev_name(major: u32, minor: u32) -> String {
+pub(crate) fn dev_name(major: u32, minor: u32) -> String {
     std::fs::read_link(format!("/sys/dev/block/{major}:{minor}"))
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))

@@ -11,6 +11,7 @@ pub mod sched;
 pub mod stacks;
 pub mod symbols;
 pub mod syscalls;
+pub mod timeline;
 pub mod wakes;
 
 pub use sched::{ClassTime, TIME_LABELS, TimeSplit, time_label};

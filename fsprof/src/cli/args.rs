@@ -51,6 +51,25 @@ pub struct StackArgs {
     pub pprof: Option<PathBuf>,
 }
 
+/// What the timeline holds besides switches, wakeups and block requests.
+#[derive(Args, Clone)]
+pub struct TimelineArgs {
+    /// With --timeline: the target's syscalls at least this long are slices on their
+    /// thread (0: every syscall). Units: ns, us, ms, s.
+    #[arg(long, value_parser = parse_duration_ns,
+          default_value = crate::probes::timeline::DEFAULT_SYSCALL_MIN)]
+    pub timeline_syscalls_over: u64,
+}
+
+impl TimelineArgs {
+    /// The probes' timeline options when `on`.
+    pub fn options(&self, on: bool) -> Option<crate::probes::timeline::TimelineOptions> {
+        on.then_some(crate::probes::timeline::TimelineOptions {
+            syscall_min_ns: self.timeline_syscalls_over,
+        })
+    }
+}
+
 impl StackArgs {
     pub fn fs_event_set(&self) -> FsEventSet {
         match (self.no_fs_events, self.all_fs_events) {

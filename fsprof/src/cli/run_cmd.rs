@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 
 use super::{
-    args::{StackArgs, VmArgs, parse_fs, parse_pgbench, parse_size, per_fs},
+    args::{StackArgs, TimelineArgs, VmArgs, parse_fs, parse_pgbench, parse_size, per_fs},
     history_cmd::HistoryLocation,
     results_cmds::write_html,
 };
@@ -100,6 +100,12 @@ pub struct RunArgs {
     /// steps of its pass that need it, and the run goes on).
     #[arg(long)]
     fail_fast: bool,
+    /// Also write each cell's timeline (every context switch, wakeup and block request) as
+    /// a Perfetto trace: DIR/STEP/FS-passN.perfetto-trace.
+    #[arg(long, value_name = "DIR")]
+    timeline: Option<PathBuf>,
+    #[command(flatten)]
+    timeline_args: TimelineArgs,
 }
 
 pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
@@ -132,6 +138,8 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         only: a.only.clone(),
         flames_dir: flames_dir.clone(),
         pprof_dir: a.stacks.pprof.clone(),
+        timeline_dir: a.timeline.clone(),
+        timeline: a.timeline_args.options(a.timeline.is_some()),
         draw_cells: !a.no_cell_graphs,
         label: a.label.clone(),
         fail_fast: a.fail_fast,
@@ -139,6 +147,11 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     let kernels = a.vm.guest_kernels(&a.dir)?;
     if !kernels.is_empty() && a.stacks.pprof.is_some() {
         anyhow::bail!("--pprof is not available with --kernel yet: profile on the host's kernel");
+    }
+    if !kernels.is_empty() && a.timeline.is_some() {
+        anyhow::bail!(
+            "--timeline is not available with --kernel yet: record it on the host's kernel"
+        );
     }
     let outcome = match kernels.is_empty() {
         true => run::run(&opts),

@@ -9,7 +9,7 @@ use std::{
 use anyhow::{Result, bail};
 use clap::Args;
 
-use super::args::{LabArgs, StackArgs, parse_fs};
+use super::args::{LabArgs, StackArgs, TimelineArgs, parse_fs};
 use crate::{
     lab::{self, FsKind},
     probes::{CostSampling, ProbeOptions},
@@ -57,6 +57,12 @@ pub struct TraceArgs {
     /// Drop the page cache before starting.
     #[arg(long)]
     drop_caches: bool,
+    /// Also write a timeline of every context switch, wakeup and block request as a
+    /// Perfetto trace to FILE (open it in ui.perfetto.dev).
+    #[arg(long, value_name = "FILE", conflicts_with = "floor")]
+    timeline: Option<PathBuf>,
+    #[command(flatten)]
+    timeline_args: TimelineArgs,
     #[command(flatten)]
     stacks: StackArgs,
     /// The command and its arguments, after `--`.
@@ -95,8 +101,10 @@ pub fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
                     &std::env::current_dir()?,
                 )?,
             },
+            timeline: a.timeline_args.options(a.timeline.is_some()),
             ..ProbeOptions::default()
         },
+        timeline: a.timeline.clone(),
         verbose: true,
         flames: (!a.stacks.no_stacks).then(|| trace::FlameOutput {
             dir: a
@@ -165,6 +173,9 @@ fn output(result: &TraceResult, json: Option<&Path>) -> Result<ExitCode> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+    }
+    if let Some(t) = &result.timeline {
+        eprintln!("fsprof: {}", crate::report::timeline::line(t));
     }
     if let Some(path) = json {
         report::write_json(result, path)?;

@@ -7,6 +7,7 @@ pub mod mmapped;
 pub mod offsets;
 pub mod probe_cost;
 pub mod raw_tracepoint;
+pub mod timeline;
 pub mod tracefs;
 pub mod unwind;
 
@@ -54,6 +55,19 @@ const BTF_TRACEPOINTS: &[Program] = &[
     Program::BlockRqIssue,
     Program::BlockRqComplete,
     Program::BlockRqRequeue,
+    Program::TimelineSwitch,
+    Program::TimelineWaking,
+    Program::TimelineFork,
+    Program::TimelineBlockIssue,
+    Program::TimelineBlockComplete,
+];
+/// The timeline's programs (`--timeline`), attached only then.
+const TIMELINE: &[Program] = &[
+    Program::TimelineSwitch,
+    Program::TimelineWaking,
+    Program::TimelineFork,
+    Program::TimelineBlockIssue,
+    Program::TimelineBlockComplete,
 ];
 
 /// Which of the filesystem's own tracepoints to count.
@@ -84,6 +98,8 @@ pub struct ProbeOptions {
     pub floor: bool,
     /// How much of the time the kernel measures the programs' run time.
     pub cost_sampling: CostSampling,
+    /// Stream every switch, wakeup and block request for a timeline (`--timeline`).
+    pub timeline: Option<timeline::TimelineOptions>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -152,6 +168,8 @@ pub struct Probes {
     unwind: Option<unwind::UnwindTables>,
     /// How long loading and attaching took, by phase.
     pub laps: crate::os::Laps,
+    /// The timeline's consumer, with `ProbeOptions::timeline`.
+    timeline: Option<timeline::Consumer>,
 }
 
 /// After attaching: each program's runs from its first are counted by the program itself,
@@ -209,6 +227,10 @@ fn probe_config(opts: &ProbeOptions, period: Option<u64>) -> Result<ProbeConfig>
         config.off_cpu_period_ns = s.off_cpu_period_ns;
         config.user_depth = s.user_depth.clamp(1, fsprof_common::USTACK_DEPTH as u32);
     }
+    if let Some(t) = opts.timeline {
+        config.timeline = 1;
+        config.timeline_syscall_ns = t.syscall_min_ns;
+    }
     if let Some(t) = &opts.fs_events {
         if let Some(dev) = fixed_fs_dev(t) {
             config.fs_dev = dev;
@@ -244,6 +266,15 @@ fn dense_layout(opts: &ProbeOptions) -> Result<dense::DenseLayout> {
     ))
 }
 
+fn timeline_bytes(on: bool) -> u32 {
+    use fsprof_common::timeline::{TIMELINE_BYTES, TIMELINE_OFF_BYTES};
+    if on {
+        TIMELINE_BYTES
+    } else {
+        TIMELINE_OFF_BYTES
+    }
+}
+
 /// Loads the object (maps created, programs not yet verified) and fills the lookup maps.
 fn load_object(
     mut config: ProbeConfig,
@@ -257,6 +288,10 @@ fn load_object(
         .btf(Some(btf::aya_kernel()?))
         .override_global("CONFIG", &config, true)
         .map_max_entries(MapName::DenseHists.name(), dense.rows.len().max(1) as u32)
+        .map_max_entries(
+            MapName::Timeline.name(),
+            timeline_bytes(opts.timeline.is_some()),
+        )
         .load(EBPF_OBJECT)
         .context("loading fsprof's eBPF object")?;
     let mut rows: aya::maps::Array<_, u32> =
@@ -313,6 +348,7 @@ impl Probes {
             dense,
             unwind,
             laps,
+            timeline: None,
         };
         if opts.floor {
             probes.attach_floor(opts, period)?;
@@ -327,9 +363,18 @@ impl Probes {
     /// The tracepoints (required ones or an error), the sampler and the fs events.
     fn attach_all(&mut self, opts: &ProbeOptions, period: Option<u64>) -> Result<()> {
         let sampler = period.map(|_| Program::OnCpuSample);
+        let timeline = if opts.timeline.is_some() {
+            TIMELINE
+        } else {
+            &[]
+        };
         let loaded = verify_in_parallel(
             &mut self.ebpf,
-            REQUIRED.iter().chain(OPTIONAL).chain(&sampler),
+            REQUIRED
+                .iter()
+                .chain(OPTIONAL)
+                .chain(&sampler)
+                .chain(timeline),
         )?;
         self.laps.lap("verify");
         for (&p, required) in REQUIRED
@@ -355,6 +400,9 @@ impl Probes {
                 Err(e) => self.warnings.push(format!("no on-CPU stacks: {e:#}")),
             }
         }
+        if opts.timeline.is_some() {
+            self.start_timeline(&loaded)?;
+        }
         self.laps.lap("attach");
         if let Some(t) = &opts.fs_events {
             match fs_events::attach(&mut self.ebpf, t) {
@@ -366,6 +414,29 @@ impl Probes {
         }
         self.laps.lap("fs_events");
         Ok(())
+    }
+
+    /// Attaches the timeline's programs and starts draining their ring.
+    fn start_timeline(&mut self, loaded: &Verified) -> Result<()> {
+        let ring = self
+            .ebpf
+            .take_map(MapName::Timeline.name())
+            .context("map TIMELINE missing from the eBPF object")?;
+        let consumer = timeline::Consumer::start(aya::maps::RingBuf::try_from(ring)?)?;
+        for &p in TIMELINE {
+            loaded
+                .get(p)
+                .and_then(|()| attach(&mut self.ebpf, p))
+                .with_context(|| format!("attaching the timeline's {}", p.name()))?;
+            self.attached.push(p.name());
+        }
+        self.timeline = Some(consumer);
+        Ok(())
+    }
+
+    /// Stops the timeline's consumer; the records it read (None: no timeline).
+    pub fn finish_timeline(&mut self) -> Option<Result<Vec<timeline::Record>>> {
+        self.timeline.take().map(timeline::Consumer::finish)
     }
 
     /// Loads the unwind tables of `program` and its libraries before it runs.
@@ -614,8 +685,12 @@ impl Verified {
 /// Loads one program of the kinds fsprof attaches by name (the verifier runs here).
 fn verify(name: &str, prog: &mut aya::programs::Program, btf: &aya::Btf) -> Result<()> {
     use aya::programs::Program::*;
+    let hook = Program::ALL
+        .iter()
+        .find(|p| p.name() == name)
+        .map_or(name, |p| p.tracepoint());
     match prog {
-        BtfTracePoint(p) => p.load(name, btf)?,
+        BtfTracePoint(p) => p.load(hook, btf)?,
         RawTracePoint(p) => p.load()?,
         PerfEvent(p) => p.load()?,
         _ => bail!("program {name} is of an unexpected kind"),

@@ -64,6 +64,8 @@ pub fn probe_config(btf_path: &Path) -> Result<ProbeConfig> {
         mm_start_code: byte_offset(btf, "mm_struct", "start_code")?,
         task_sum_exec: byte_offset(btf, "task_struct", "se")?
             + byte_offset(btf, "sched_entity", "sum_exec_runtime")?,
+        request_sector: byte_offset(btf, "request", "__sector")?,
+        task_prio: byte_offset(btf, "task_struct", "prio")?,
         ..ProbeConfig::default()
     })
 }

@@ -9,6 +9,7 @@ pub mod html;
 pub mod run_summary;
 pub mod run_table;
 pub mod table;
+pub mod timeline;
 
 use std::path::Path;
 

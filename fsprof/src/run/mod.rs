@@ -95,6 +95,10 @@ pub struct RunOptions {
     pub flames_dir: PathBuf,
     /// Where pprof profiles go, per step, each pass's (`--pprof`).
     pub pprof_dir: Option<PathBuf>,
+    /// Where each cell's timeline goes, per step (`--timeline`).
+    pub timeline_dir: Option<PathBuf>,
+    /// What the timelines hold (with `timeline_dir`).
+    pub timeline: Option<crate::probes::timeline::TimelineOptions>,
     /// Draw the per-cell graphs at the end; false in a VM, whose host draws them over
     /// every boot's passes.
     pub draw_cells: bool,
@@ -524,9 +528,14 @@ impl Matrix<'_> {
                 svg: None,
                 pprof: opts.pprof_dir.as_ref().map(|d| d.join(&name)),
             }),
+            timeline: opts.timeline_dir.as_ref().map(|d| {
+                d.join(&name)
+                    .join(format!("{kind}-pass{pass}.perfetto-trace"))
+            }),
             ..Default::default()
         };
         trace_opts.probes.stacks = opts.stacks;
+        trace_opts.probes.timeline = opts.timeline;
         trace_opts.on_lab(labfs, opts.fs_events, opts.quiesce)?;
         if server.is_some() {
             // The server is meant to outlive the client; it is stopped below.

@@ -12,6 +12,7 @@ mod run;
 mod sched;
 mod stacks;
 mod syscalls;
+mod timeline;
 mod vm;
 
 use libtest_mimic::{Arguments, Trial};
@@ -88,6 +89,7 @@ fn main() {
         root stacks::fuse_daemon_work_is_background_work,
         root stacks::user_stacks_are_whole_without_frame_pointers,
         root stacks::pprof_profiles_hold_the_folded_stacks,
+        root timeline::thread_states_and_block_slices_match_the_trace,
         root syscalls::rm_rf_counts_equal_strace,
         root syscalls::children_and_threads_are_all_followed,
         root vm::two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel,

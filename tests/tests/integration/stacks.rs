@@ -706,20 +706,14 @@ pub fn pprof_profiles_hold_the_folded_stacks() {
     let d = out.0.display().to_string();
     let script =
         "dd if=/dev/zero of=f bs=1M count=32 oflag=direct status=none; gzip -1 < f | cat > g";
-    let run = Command::new(fsprof_bin())
-        .args([
-            "trace", "--fs", "ext4", "--size", "256M", "--flames", &d, "--pprof", &d,
-        ])
-        .arg("--json")
-        .arg(out.0.join("t.json"))
-        .args(["--", "sh", "-c", script])
-        .output()
-        .unwrap();
-    assert_success(&run);
-    let said = String::from_utf8_lossy(&run.stderr);
+    let (said, t) = trace_sh(
+        &[
+            "--fs", "ext4", "--size", "256M", "--flames", &d, "--pprof", &d,
+        ],
+        &out.0.join("t.json"),
+        script,
+    );
     assert!(said.contains("pprof profiles: "), "{said}");
-    let t: fsprof::trace::TraceResult =
-        serde_json::from_str(&std::fs::read_to_string(out.0.join("t.json")).unwrap()).unwrap();
     let st = t.stacks.unwrap();
     for (kind, types) in [
         ("on-cpu", "samples/count cpu/nanoseconds[dflt]"),

@@ -1,0 +1,202 @@
+//! The timeline (`--timeline`): every context switch and wakeup on the machine, the
+//! target's forks and the watched devices' block requests, streamed through the TIMELINE
+//! ring buffer as they happen, for a Perfetto trace. These programs are attached only when
+//! a timeline is asked for; the aggregating programs do not know about them.
+
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
+    helpers::bpf_get_smp_processor_id,
+    macros::{btf_tracepoint, map},
+    maps::{PerCpuArray, RingBuf},
+    programs::BtfTracePointContext,
+};
+use fsprof_common::{
+    Lost, Program,
+    config::TASK_DEAD,
+    timeline::{
+        TIMELINE_DEAD, TIMELINE_OFF_BYTES, TimelineBlock, TimelineFork, TimelineHeader,
+        TimelineKind, TimelineSpan, TimelineSwitch, TimelineTask, TimelineWaking,
+    },
+};
+
+use crate::{
+    block::{class_of, data_len, watched_dev},
+    common::{btf_read, btf_task_tid, conf, current_tgid, current_tid, followed, lost, now, ran},
+    sched::off_class,
+};
+
+/// Sized by userspace (TIMELINE_BYTES) when the timeline is on.
+#[map]
+static TIMELINE: RingBuf = RingBuf::with_byte_size(TIMELINE_OFF_BYTES, 0);
+
+/// Per CPU, records lost since this CPU's last one (see `TimelineHeader::lost_before`).
+#[map]
+static TIMELINE_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn header(kind: TimelineKind) -> TimelineHeader {
+    TimelineHeader {
+        kind: kind as u32,
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        ts: now(),
+        lost_before: 0,
+    }
+}
+
+/// Writes `ev` (a timeline record, its `TimelineHeader` first). The consumer is not woken
+/// per record: it drains on a timer, and is woken only when the ring is half full (a wakeup
+/// per record would make fsprof's own thread switch, and so record, all the time).
+#[inline(always)]
+fn emit<T: Copy + 'static>(mut ev: T) {
+    let missed = TIMELINE_LOST.get_ptr_mut(0);
+    let Some(mut entry) = TIMELINE.reserve::<T>(0) else {
+        lost(Lost::TimelineFull);
+        if let Some(m) = missed {
+            unsafe { *m += 1 };
+        }
+        return;
+    };
+    if let Some(m) = missed {
+        unsafe {
+            let head = (&mut ev as *mut T).cast::<TimelineHeader>();
+            (*head).lost_before = *m;
+            *m = 0;
+        }
+    }
+    entry.write(ev);
+    let half = TIMELINE.query(BPF_RB_RING_SIZE as u64) / 2;
+    let wake = if TIMELINE.query(BPF_RB_AVAIL_DATA as u64) > half {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(wake as u64);
+}
+
+/// Streams what the current thread did from `start` until now, when the timeline is on
+/// (called by the fs event program for a completed pair, by sys_exit for a slow syscall).
+#[inline(always)]
+pub fn span(kind: TimelineKind, id: u32, start: u64, value: i64) {
+    if conf!(timeline) == 0 {
+        return;
+    }
+    emit(TimelineSpan {
+        head: header(kind),
+        start,
+        value,
+        tid: current_tid(),
+        tgid: current_tgid(),
+        id,
+        _pad: 0,
+    });
+}
+
+#[inline(always)]
+fn task(t: *const u8) -> TimelineTask {
+    TimelineTask {
+        tid: btf_task_tid(t),
+        tgid: btf_read::<i32>(t, conf!(task_tgid)) as u32,
+        prio: btf_read::<i32>(t, conf!(task_prio)) as u32,
+        _pad: 0,
+        comm: btf_read::<[u8; 16]>(t, conf!(task_comm)),
+    }
+}
+
+// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
+//          unsigned int prev_state): every switch, so each CPU's track and every thread's
+// state are whole, not only the target's.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn timeline_switch(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::TimelineSwitch);
+    let (prev, next) = (ctx.arg::<*const u8>(1), ctx.arg::<*const u8>(2));
+    let state = ctx.arg::<u64>(3) as u32;
+    let preempt = ctx.arg::<u64>(0) & 1 != 0;
+    let prev_class = if state & TASK_DEAD != 0 {
+        TIMELINE_DEAD
+    } else {
+        off_class(preempt, state, prev as u64) as u32
+    };
+    let (prev, next) = (task(prev), task(next));
+    emit(TimelineSwitch {
+        head: header(TimelineKind::Switch),
+        prev_followed: followed(prev.tid).is_some() as u32,
+        next_followed: followed(next.tid).is_some() as u32,
+        prev,
+        next,
+        prev_state: state,
+        prev_class,
+        preempt: preempt as u32,
+        _pad: 0,
+    });
+    0
+}
+
+// TP_PROTO(struct task_struct *p), in the waker's context.
+#[btf_tracepoint(function = "sched_waking")]
+pub fn timeline_waking(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::TimelineWaking);
+    emit(TimelineWaking {
+        head: header(TimelineKind::Waking),
+        woken: task(ctx.arg::<*const u8>(0)),
+        waker_tid: current_tid(),
+        _pad: 0,
+    });
+    0
+}
+
+// TP_PROTO(struct task_struct *parent, struct task_struct *child): a new task is runnable
+// from here, and no sched_waking says so.
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn timeline_fork(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::TimelineFork);
+    let parent = btf_task_tid(ctx.arg::<*const u8>(0));
+    if followed(parent).is_none() {
+        return 0;
+    }
+    emit(TimelineFork {
+        head: header(TimelineKind::Fork),
+        child: task(ctx.arg::<*const u8>(1)),
+        parent_tid: parent,
+        _pad: 0,
+    });
+    0
+}
+
+#[inline(always)]
+fn block(ctx: &BtfTracePointContext, kind: TimelineKind, bytes: u32) {
+    let rq = ctx.arg::<*const u8>(0);
+    let Some((dev, _)) = watched_dev(rq) else {
+        return;
+    };
+    let issue = kind == TimelineKind::BlockIssue;
+    emit(TimelineBlock {
+        head: header(kind),
+        rq: rq as u64,
+        arrived: if issue {
+            btf_read::<u64>(rq, conf!(request_start_time_ns))
+        } else {
+            0
+        },
+        sector: btf_read::<u64>(rq, conf!(request_sector)),
+        dev,
+        class: class_of(rq) as u32,
+        bytes: if issue { data_len(rq) } else { bytes },
+        left: if issue { 0 } else { data_len(rq) },
+    });
+}
+
+// TP_PROTO(struct request *rq)
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn timeline_block_issue(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::TimelineBlockIssue);
+    block(&ctx, TimelineKind::BlockIssue, 0);
+    0
+}
+
+// TP_PROTO(struct request *rq, blk_status_t error, unsigned int nr_bytes)
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn timeline_block_complete(ctx: BtfTracePointContext) -> i32 {
+    ran(Program::TimelineBlockComplete);
+    block(&ctx, TimelineKind::BlockComplete, ctx.arg::<u64>(2) as u32);
+    0
+}

@@ -1,0 +1,273 @@
+//! The timeline against the trace's own figures, read back with a decoder generated from
+//! Perfetto's own schema (tracing-perfetto-sdk-schema), not fsprof's writer: the target's
+//! thread states, rebuilt from the switches, wakeups and forks, sum to the time classes;
+//! one block slice per block request counted; the in-flight counter ends at zero; one slice
+//! per syscall and per fs begin/end pair counted.
+
+use std::collections::BTreeMap;
+
+use fsprof_tests::*;
+use prost::Message;
+use tracing_perfetto_sdk_schema::{
+    self as pf, FtraceEvent, Trace, ftrace_event::Event, trace_packet::Data,
+};
+
+/// A thread's state as Perfetto shows it, by fsprof's time class names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum State {
+    Running,
+    Runnable,
+    Sleeping,
+    Blocked { io: bool },
+    Other,
+}
+
+impl State {
+    /// The time class fsprof counts this state in.
+    fn class(self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Runnable => "run_queue",
+            State::Sleeping => "sleep",
+            State::Blocked { io: true } => "io_wait",
+            State::Blocked { io: false } => "uninterruptible",
+            State::Other => "other",
+        }
+    }
+
+    /// From sched_switch's prev_state (ftrace's letters as bits); None: the thread exited.
+    fn after_switch(prev_state: i64) -> Option<State> {
+        Some(match prev_state {
+            0 | 0x100 => State::Runnable,
+            1 => State::Sleeping,
+            // D, and I (TASK_IDLE), which fsprof counts as uninterruptible too.
+            2 | 0x80 => State::Blocked { io: false },
+            0x10 | 0x20 => return None,
+            _ => State::Other,
+        })
+    }
+}
+
+/// Time per state of `threads`, from each thread's first event to its exit.
+fn thread_states(events: &[FtraceEvent], threads: &[i32]) -> BTreeMap<&'static str, u64> {
+    let mut now: BTreeMap<i32, (State, u64)> = BTreeMap::new();
+    let mut total = BTreeMap::new();
+    let mut enter = |now: &mut BTreeMap<i32, (State, u64)>, tid, state: Option<State>, ts| {
+        if let Some((was, since)) = now.remove(&tid) {
+            *total.entry(was.class()).or_insert(0) += ts - since;
+        }
+        if let Some(s) = state {
+            now.insert(tid, (s, ts));
+        }
+    };
+    for e in events {
+        let ts = e.timestamp.unwrap();
+        match e.event.as_ref() {
+            Some(Event::SchedSwitch(s)) => {
+                let (prev, next) = (s.prev_pid.unwrap(), s.next_pid.unwrap());
+                if threads.contains(&prev) {
+                    enter(
+                        &mut now,
+                        prev,
+                        State::after_switch(s.prev_state.unwrap()),
+                        ts,
+                    );
+                }
+                if threads.contains(&next) {
+                    enter(&mut now, next, Some(State::Running), ts);
+                }
+            }
+            Some(Event::SchedBlockedReason(b)) => {
+                if let Some((State::Blocked { io }, _)) = now.get_mut(&b.pid.unwrap()) {
+                    *io = b.io_wait == Some(1);
+                }
+            }
+            Some(Event::SchedWaking(w)) => {
+                let tid = w.pid.unwrap();
+                let asleep = now
+                    .get(&tid)
+                    .is_some_and(|(s, _)| !matches!(s, State::Running | State::Runnable));
+                if asleep {
+                    enter(&mut now, tid, Some(State::Runnable), ts);
+                }
+            }
+            Some(Event::SchedWakeupNew(w)) if threads.contains(&w.pid.unwrap()) => {
+                enter(&mut now, w.pid.unwrap(), Some(State::Runnable), ts);
+            }
+            _ => {}
+        }
+    }
+    total
+}
+
+fn event_name(e: &pf::TrackEvent) -> &str {
+    match &e.name_field {
+        Some(pf::track_event::NameField::Name(n)) => n,
+        _ => "",
+    }
+}
+
+fn counter_value(e: &pf::TrackEvent) -> i64 {
+    match e.counter_value_field {
+        Some(pf::track_event::CounterValueField::CounterValue(v)) => v,
+        _ => panic!("a counter event without an integer value: {e:?}"),
+    }
+}
+
+/// The trace's ftrace events in time order, its target threads, and its track events by
+/// the name of their track.
+struct Decoded {
+    events: Vec<FtraceEvent>,
+    threads: Vec<i32>,
+    tracks: BTreeMap<u64, String>,
+    track_events: Vec<(u64, pf::TrackEvent)>,
+}
+
+fn decode(bytes: &[u8]) -> Decoded {
+    let trace = Trace::decode(bytes).expect("a Perfetto trace");
+    let mut d = Decoded {
+        events: Vec::new(),
+        threads: Vec::new(),
+        tracks: BTreeMap::new(),
+        track_events: Vec::new(),
+    };
+    for p in trace.packet {
+        match p.data {
+            Some(Data::FtraceEvents(b)) => d.events.extend(b.event),
+            Some(Data::ProcessTree(t)) => d.threads.extend(t.threads.iter().map(|t| t.tid())),
+            Some(Data::TrackDescriptor(t)) => {
+                let uuid = t.uuid();
+                let name = match t.static_or_dynamic_name {
+                    Some(pf::track_descriptor::StaticOrDynamicName::Name(n)) => n,
+                    _ => String::new(),
+                };
+                d.tracks.insert(uuid, name);
+            }
+            Some(Data::TrackEvent(e)) => d.track_events.push((p.timestamp.unwrap(), e)),
+            _ => {}
+        }
+    }
+    // Stable: a blocked reason stays after its switch.
+    d.events.sort_by_key(|e| e.timestamp.unwrap());
+    d.track_events.sort_by_key(|(ts, _)| *ts);
+    d
+}
+
+pub fn thread_states_and_block_slices_match_the_trace() {
+    let out = TempDir::new("timeline");
+    let file = out.0.join("t.perfetto-trace");
+    let script = "dd if=/dev/zero of=f bs=64k count=400 oflag=direct status=none; \
+                  dd if=f of=/dev/null bs=64k iflag=direct status=none; sleep 0.05";
+    let (said, t) = trace_sh(
+        &[
+            "--fs",
+            "ext4",
+            "--size",
+            "128M",
+            "--no-stacks",
+            "--timeline-syscalls-over",
+            "0",
+            "--timeline",
+            file.to_str().unwrap(),
+        ],
+        &out.0.join("t.json"),
+        script,
+    );
+    assert!(said.contains("timeline: "), "{said}");
+    let summary = t.timeline.as_ref().expect("the timeline's summary");
+    assert_eq!(summary.lost, 0, "{summary:?}");
+    let d = decode(&std::fs::read(&file).unwrap());
+    assert_eq!(d.threads.len() as u64, summary.threads);
+    assert!(d.threads.len() >= 3, "sh and two dd: {:?}", d.threads);
+
+    let states = thread_states(&d.events, &d.threads);
+    let time = &t.profile.time;
+    eprintln!("timeline states {states:?}, trace {time:?}");
+    for (state, fsprof) in [
+        ("running", time.on_cpu.ns + time.steal.ns),
+        ("run_queue", time.run_queue.ns),
+        ("io_wait", time.io_wait.ns),
+        ("uninterruptible", time.uninterruptible.ns),
+        ("sleep", time.sleep.ns),
+        ("other", time.other.ns),
+    ] {
+        let seen = states.get(state).copied().unwrap_or(0);
+        // Two programs stamp each switch a few hundred ns apart; a thread's first interval
+        // (before its first switch) is in neither.
+        let slack = 1_000_000 + fsprof / 50;
+        assert!(
+            seen.abs_diff(fsprof) <= slack,
+            "{state}: timeline {seen} ns, trace {fsprof} ns"
+        );
+    }
+    assert!(time.io_wait.ns > 0 && states["io_wait"] > 0);
+
+    check_block(&d, &t, summary);
+    check_spans(&d, &t);
+}
+
+/// Every syscall counted (the threshold is 0) and every completed fs pair is one slice on
+/// its thread, by name.
+fn check_spans(d: &Decoded, t: &fsprof::trace::TraceResult) {
+    use pf::track_event::Type;
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &t.profile.syscalls {
+        *want.entry(s.name.clone()).or_insert(0) += s.count;
+    }
+    let pairs = &t.profile.fs_events.as_ref().expect("fs events").pairs;
+    for p in pairs.iter().filter(|p| p.count > 0) {
+        *want.entry(p.name.clone()).or_insert(0) += p.count;
+    }
+    let mut got: BTreeMap<String, u64> = BTreeMap::new();
+    for (_, e) in &d.track_events {
+        let track = &d.tracks[&e.track_uuid()];
+        if e.r#type() == Type::SliceBegin && !track.starts_with("loop0") {
+            *got.entry(event_name(e).to_string()).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(got, want);
+    assert!(pairs.iter().any(|p| p.count > 0), "{pairs:?}");
+}
+
+/// One slice per request counted, each with its device part, and the in-flight counter
+/// back at zero.
+fn check_block(
+    d: &Decoded,
+    t: &fsprof::trace::TraceResult,
+    summary: &fsprof::aggregate::timeline::TimelineSummary,
+) {
+    use pf::track_event::Type;
+    let issued: u64 = t
+        .profile
+        .block
+        .iter()
+        .filter(|b| b.name == "loop0")
+        .map(|b| b.issued)
+        .sum();
+    assert!(issued >= 800, "{issued}");
+    let lanes = |name: &str| name.starts_with("loop0 lane ");
+    let begins = |what: &dyn Fn(&str) -> bool| {
+        d.track_events
+            .iter()
+            .filter(|(_, e)| e.r#type() == Type::SliceBegin && lanes(&d.tracks[&e.track_uuid()]))
+            .filter(|(_, e)| what(event_name(e)))
+            .count() as u64
+    };
+    assert_eq!(begins(&|n| n != "device"), issued);
+    assert_eq!(begins(&|n| n == "device"), issued);
+    let ends = d
+        .track_events
+        .iter()
+        .filter(|(_, e)| e.r#type() == Type::SliceEnd && lanes(&d.tracks[&e.track_uuid()]))
+        .count() as u64;
+    assert_eq!(ends, 2 * issued);
+    assert_eq!(summary.block_requests.get("loop0"), Some(&issued));
+    let counter: Vec<i64> = d
+        .track_events
+        .iter()
+        .filter(|(_, e)| d.tracks[&e.track_uuid()] == "loop0 requests in flight")
+        .map(|(_, e)| counter_value(e))
+        .collect();
+    assert_eq!(counter.last(), Some(&0));
+    assert!(counter.iter().all(|&n| n >= 0) && counter.iter().any(|&n| n >= 1));
+}
