@@ -84,7 +84,9 @@ pub struct ProbeConfig {
     /// Non-zero: the timeline is on (`--timeline`): the fs event program also streams each
     /// completed pair, and sys_exit each syscall at least `timeline_syscall_ns` long.
     pub timeline: u32,
-    pub _pad_timeline: u32,
+    /// Non-zero: the timeline takes the kernel stack of every thread that blocks in D state
+    /// (where it blocked; ~2 µs a wait).
+    pub timeline_blocked: u32,
     pub timeline_syscall_ns: u64,
 }
 

@@ -10,6 +10,7 @@ pub const TIMELINE_OFF_BYTES: u32 = 4096;
 
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(strum::VariantArray))]
 pub enum TimelineKind {
     Switch = 1,
     Waking = 2,
@@ -18,22 +19,16 @@ pub enum TimelineKind {
     BlockComplete = 5,
     FsPair = 6,
     Syscall = 7,
+    Blocked = 8,
 }
 
+#[cfg(feature = "user")]
 impl TimelineKind {
     pub fn from_u32(v: u32) -> Option<TimelineKind> {
-        use TimelineKind::*;
-        [
-            Switch,
-            Waking,
-            Fork,
-            BlockIssue,
-            BlockComplete,
-            FsPair,
-            Syscall,
-        ]
-        .into_iter()
-        .find(|k| *k as u32 == v)
+        <TimelineKind as strum::VariantArray>::VARIANTS
+            .iter()
+            .copied()
+            .find(|k| *k as u32 == v)
     }
 }
 
@@ -139,6 +134,24 @@ pub struct TimelineSpan {
     pub _pad: u32,
 }
 
+/// Kernel frames kept of a thread that blocks uninterruptibly: past the tracepoint's own
+/// frames and the scheduler's (`__schedule`, `schedule`, `io_schedule`, …) to the function
+/// that waited.
+pub const TIMELINE_BLOCKED_FRAMES: usize = 16;
+
+/// A thread that just switched out in D state: where in the kernel it blocked (the record
+/// follows its switch's, on the same CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TimelineBlocked {
+    pub head: TimelineHeader,
+    pub tid: u32,
+    /// Non-zero: it waits for I/O (`in_iowait`).
+    pub io_wait: u32,
+    /// Its kernel stack at the switch, leaf first, zero-filled.
+    pub frames: [u64; TIMELINE_BLOCKED_FRAMES],
+}
+
 // Read by userspace as plain bytes: no implicit padding anywhere.
 const _: () = {
     assert!(core::mem::size_of::<TimelineHeader>() == 24);
@@ -148,4 +161,5 @@ const _: () = {
     assert!(core::mem::size_of::<TimelineFork>() == 24 + 32 + 8);
     assert!(core::mem::size_of::<TimelineBlock>() == 24 + 24 + 16);
     assert!(core::mem::size_of::<TimelineSpan>() == 24 + 16 + 16);
+    assert!(core::mem::size_of::<TimelineBlocked>() == 24 + 8 + 8 * TIMELINE_BLOCKED_FRAMES);
 };

@@ -59,7 +59,7 @@ pub static CONFIG: ProbeConfig = ProbeConfig {
     request_sector: 0,
     task_prio: 0,
     timeline: 0,
-    _pad_timeline: 0,
+    timeline_blocked: 0,
     timeline_syscall_ns: 0,
 };
 

@@ -63,7 +63,7 @@ static KEY_SCRATCH: PerCpuArray<StackKey> = PerCpuArray::with_max_entries(SLOTS,
 const KSTACK_BYTES: u32 = core::mem::size_of::<[u64; fsprof_common::KSTACK_DEPTH]>() as u32;
 
 #[inline(always)]
-fn get_stack(ctx: *mut core::ffi::c_void, buf: *mut u64, size: u32, flags: u64) -> i64 {
+pub fn get_stack(ctx: *mut core::ffi::c_void, buf: *mut u64, size: u32, flags: u64) -> i64 {
     unsafe { generated::bpf_get_stack(ctx, buf.cast(), size, flags) }
 }
 

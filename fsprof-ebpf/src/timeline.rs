@@ -4,6 +4,7 @@
 //! a timeline is asked for; the aggregating programs do not know about them.
 
 use aya_ebpf::{
+    EbpfContext,
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     helpers::bpf_get_smp_processor_id,
     macros::{btf_tracepoint, map},
@@ -11,11 +12,12 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use fsprof_common::{
-    Lost, Program,
+    Lost, Program, TimeClass,
     config::TASK_DEAD,
     timeline::{
-        TIMELINE_DEAD, TIMELINE_OFF_BYTES, TimelineBlock, TimelineFork, TimelineHeader,
-        TimelineKind, TimelineSpan, TimelineSwitch, TimelineTask, TimelineWaking,
+        TIMELINE_BLOCKED_FRAMES, TIMELINE_DEAD, TIMELINE_OFF_BYTES, TimelineBlock, TimelineBlocked,
+        TimelineFork, TimelineHeader, TimelineKind, TimelineSpan, TimelineSwitch, TimelineTask,
+        TimelineWaking,
     },
 };
 
@@ -23,6 +25,7 @@ use crate::{
     block::{class_of, data_len, watched_dev},
     common::{btf_read, btf_task_tid, conf, current_tgid, current_tid, followed, lost, now, ran},
     sched::off_class,
+    stacks::get_stack,
 };
 
 /// Sized by userspace (TIMELINE_BYTES) when the timeline is on.
@@ -43,11 +46,18 @@ fn header(kind: TimelineKind) -> TimelineHeader {
     }
 }
 
-/// Writes `ev` (a timeline record, its `TimelineHeader` first). The consumer is not woken
-/// per record: it drains on a timer, and is woken only when the ring is half full (a wakeup
-/// per record would make fsprof's own thread switch, and so record, all the time).
+/// Writes `ev` (a timeline record, its `TimelineHeader` first).
 #[inline(always)]
-fn emit<T: Copy + 'static>(mut ev: T) {
+fn emit<T: Copy + 'static>(ev: T) {
+    emit_with(|p: *mut T| unsafe { p.write(ev) });
+}
+
+/// Writes a timeline record that `fill` builds in place (its `TimelineHeader` first). The
+/// consumer is not woken per record: it drains on a timer, and is woken only when the ring
+/// is half full (a wakeup per record would make fsprof's own thread switch, and so record,
+/// all the time).
+#[inline(always)]
+fn emit_with<T: 'static>(fill: impl FnOnce(*mut T)) {
     let missed = TIMELINE_LOST.get_ptr_mut(0);
     let Some(mut entry) = TIMELINE.reserve::<T>(0) else {
         lost(Lost::TimelineFull);
@@ -56,14 +66,14 @@ fn emit<T: Copy + 'static>(mut ev: T) {
         }
         return;
     };
+    let p = entry.as_mut_ptr();
+    fill(p);
     if let Some(m) = missed {
         unsafe {
-            let head = (&mut ev as *mut T).cast::<TimelineHeader>();
-            (*head).lost_before = *m;
+            (*p.cast::<TimelineHeader>()).lost_before = *m;
             *m = 0;
         }
     }
-    entry.write(ev);
     let half = TIMELINE.query(BPF_RB_RING_SIZE as u64) / 2;
     let wake = if TIMELINE.query(BPF_RB_AVAIL_DATA as u64) > half {
         BPF_RB_FORCE_WAKEUP
@@ -117,6 +127,9 @@ pub fn timeline_switch(ctx: BtfTracePointContext) -> i32 {
         off_class(preempt, state, prev as u64) as u32
     };
     let (prev, next) = (task(prev), task(next));
+    let blocked = conf!(timeline_blocked) != 0
+        && (prev_class == TimeClass::IoWait as u32
+            || prev_class == TimeClass::Uninterruptible as u32);
     emit(TimelineSwitch {
         head: header(TimelineKind::Switch),
         prev_followed: followed(prev.tid).is_some() as u32,
@@ -128,6 +141,20 @@ pub fn timeline_switch(ctx: BtfTracePointContext) -> i32 {
         preempt: preempt as u32,
         _pad: 0,
     });
+    if blocked {
+        emit_with(|b: *mut TimelineBlocked| unsafe {
+            (*b).head = header(TimelineKind::Blocked);
+            (*b).tid = prev.tid;
+            (*b).io_wait = (prev_class == TimeClass::IoWait as u32) as u32;
+            // Current is still `prev`. On failure the helper zeroes the buffer too.
+            get_stack(
+                ctx.as_ptr(),
+                (*b).frames.as_mut_ptr(),
+                (8 * TIMELINE_BLOCKED_FRAMES) as u32,
+                0,
+            );
+        });
+    }
     0
 }
 

@@ -99,6 +99,19 @@ pub fn machine_cpu() -> Option<(u64, u64)> {
 }
 
 /// The machine's name (/proc/sys/kernel/hostname).
+/// Page cache bytes dirty and under writeback, machine-wide (/proc/vmstat `nr_dirty`,
+/// `nr_writeback`, in pages).
+pub fn dirty_bytes() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
+    let pages = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let page = rustix::param::page_size() as u64;
+    Some((pages("nr_dirty")? * page, pages("nr_writeback")? * page))
+}
+
 pub fn hostname() -> String {
     read_trimmed("/proc/sys/kernel/hostname").unwrap_or_default()
 }

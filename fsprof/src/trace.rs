@@ -459,7 +459,7 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
         }
     }
     probes.laps.skip();
-    if let Some(records) = probes.finish_timeline() {
+    if let Some(stream) = probes.finish_timeline() {
         let path = opts
             .timeline
             .as_deref()
@@ -472,7 +472,7 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
                 .collect(),
             syscall_min_ns: opts.probes.timeline.map_or(0, |t| t.syscall_min_ns),
         };
-        let written = aggregate::timeline::write(path, records?, &result.kernel, &names)?;
+        let written = aggregate::timeline::write(path, stream?, &result.kernel, &names)?;
         result.timeline = Some(written);
         probes.laps.lap("timeline");
     }

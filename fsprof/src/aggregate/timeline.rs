@@ -14,16 +14,17 @@ use std::{
 
 use anyhow::{Context, Result};
 use fsprof_common::{
-    BlockClass, TimeClass,
+    BlockClass,
     config::TASK_UNINTERRUPTIBLE,
     timeline::{
-        TIMELINE_DEAD, TimelineBlock, TimelineKind, TimelineSpan, TimelineSwitch, TimelineTask,
+        TIMELINE_DEAD, TimelineBlock, TimelineBlocked, TimelineKind, TimelineSpan, TimelineSwitch,
+        TimelineTask,
     },
 };
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
-use crate::probes::timeline::Record;
+use crate::probes::timeline::{Dirty, Record, Stream};
 
 /// The messages of Perfetto's trace format (protos/perfetto/trace/perfetto_trace.proto) that
 /// fsprof writes, field numbers as there. A `oneof` is written as its one member set.
@@ -52,6 +53,22 @@ mod proto {
         pub system_info: Option<SystemInfo>,
         #[prost(message, optional, tag = "60")]
         pub track_descriptor: Option<TrackDescriptor>,
+        #[prost(message, optional, tag = "12")]
+        pub interned_data: Option<InternedData>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct InternedData {
+        #[prost(message, repeated, tag = "26")]
+        pub kernel_symbols: Vec<InternedString>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct InternedString {
+        #[prost(uint64, optional, tag = "1")]
+        pub iid: Option<u64>,
+        #[prost(bytes = "vec", optional, tag = "2")]
+        pub str: Option<Vec<u8>>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -133,6 +150,10 @@ mod proto {
     pub struct SchedBlockedReason {
         #[prost(int32, optional, tag = "1")]
         pub pid: Option<i32>,
+        /// An iid of the packet's `InternedData::kernel_symbols` (as traced writes it with
+        /// `symbolize_ksyms`), not an address.
+        #[prost(uint64, optional, tag = "2")]
+        pub caller: Option<u64>,
         #[prost(uint32, optional, tag = "3")]
         pub io_wait: Option<u32>,
     }
@@ -195,7 +216,6 @@ mod proto {
 
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct CounterDescriptor {
-        /// Unit: 2 = UNIT_COUNT.
         #[prost(int32, optional, tag = "3")]
         pub unit: Option<i32>,
     }
@@ -233,7 +253,8 @@ use proto::*;
 pub struct TimelineSummary {
     pub path: String,
     pub bytes: u64,
-    /// Records by kind: switch, waking, fork, block_issue, block_complete.
+    /// Records by kind: switch, waking, fork, block_issue, block_complete, fs_pair,
+    /// syscall, blocked.
     pub records: BTreeMap<String, u64>,
     /// Block requests drawn as slices (issued during the trace), per device name.
     pub block_requests: BTreeMap<String, u64>,
@@ -244,6 +265,9 @@ pub struct TimelineSummary {
     pub syscall_min_ns: u64,
     /// Records the kernel could not write (ring buffer full); marked on the timeline.
     pub lost: u64,
+    /// Records fsprof could not decode (a bug; left out).
+    #[serde(default)]
+    pub undecoded: u64,
     /// The target's threads seen.
     pub threads: u64,
 }
@@ -251,12 +275,15 @@ pub struct TimelineSummary {
 /// The sequence all of fsprof's track events are written on.
 const SEQUENCE: u32 = 1;
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 /// TrackEvent.Type.
 const SLICE_BEGIN: i32 = 1;
 const SLICE_END: i32 = 2;
 const INSTANT: i32 = 3;
 const COUNTER: i32 = 4;
+/// CounterDescriptor.Unit.
 const UNIT_COUNT: i32 = 2;
+const UNIT_SIZE_BYTES: i32 = 3;
 
 /// What names the spans' ids.
 pub struct SpanNames {
@@ -269,14 +296,18 @@ pub struct SpanNames {
 /// Writes `records` as a Perfetto trace to `path`.
 pub fn write(
     path: &Path,
-    mut records: Vec<Record>,
+    stream: Stream,
     kernel: &str,
     names: &SpanNames,
 ) -> Result<TimelineSummary> {
+    let mut records = stream.records;
     records.sort_by_key(|r| r.head().ts);
+    let dirty = dirty_counters(&stream.dirty);
     let mut trace = Trace::default();
     trace.packet.push(system_info(kernel));
-    trace.packet.extend(ftrace_bundles(&records));
+    trace
+        .packet
+        .extend(ftrace_bundles(&records, &BlockedFunctions::of(&records)));
     trace.packet.push(process_tree(&records));
     // The sequence's first packet clears its state: the lost marks' track comes first.
     trace.packet.extend(lost_marks(&records));
@@ -284,6 +315,7 @@ pub fn write(
     trace.packet.extend(blocks.packets);
     let spans = span_packets(&records, names);
     trace.packet.extend(spans.packets);
+    trace.packet.extend(dirty);
     let bytes = trace.encode_to_vec();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -298,6 +330,7 @@ pub fn write(
         syscalls: spans.syscalls,
         syscall_min_ns: names.syscall_min_ns,
         lost: records.iter().map(|r| r.head().lost_before).sum(),
+        undecoded: stream.undecoded,
         threads: target_threads(&records).len() as u64,
     })
 }
@@ -313,6 +346,7 @@ fn count_kinds(records: &[Record]) -> BTreeMap<String, u64> {
             Some(TimelineKind::BlockComplete) => "block_complete",
             Some(TimelineKind::FsPair) => "fs_pair",
             Some(TimelineKind::Syscall) => "syscall",
+            Some(TimelineKind::Blocked) => "blocked",
             None => continue,
         };
         *n.entry(kind.to_string()).or_insert(0) += 1;
@@ -367,9 +401,9 @@ pub fn reported_state(s: &TimelineSwitch) -> i64 {
     }
 }
 
-/// The ftrace events of one record: a switch (and, for a blocked thread, whether it waits
+/// The ftrace events of one record: a switch, where a thread blocked (and whether it waits
 /// for I/O), a wakeup, a fork (a new task, runnable).
-fn ftrace_events(r: &Record) -> Vec<FtraceEvent> {
+fn ftrace_events(r: &Record, callers: &mut Interned) -> Vec<FtraceEvent> {
     let at = |pid: u32| FtraceEvent {
         timestamp: Some(r.head().ts),
         pid: Some(pid),
@@ -377,7 +411,7 @@ fn ftrace_events(r: &Record) -> Vec<FtraceEvent> {
     };
     match r {
         Record::Switch(s) => {
-            let mut out = vec![FtraceEvent {
+            vec![FtraceEvent {
                 sched_switch: Some(SchedSwitch {
                     prev_comm: Some(comm(&s.prev)),
                     prev_pid: Some(s.prev.tid as i32),
@@ -388,19 +422,16 @@ fn ftrace_events(r: &Record) -> Vec<FtraceEvent> {
                     next_prio: Some(s.next.prio as i32),
                 }),
                 ..at(s.prev.tid)
-            }];
-            let io = s.prev_class == TimeClass::IoWait as u32;
-            if io || s.prev_class == TimeClass::Uninterruptible as u32 {
-                out.push(FtraceEvent {
-                    sched_blocked_reason: Some(SchedBlockedReason {
-                        pid: Some(s.prev.tid as i32),
-                        io_wait: Some(io.into()),
-                    }),
-                    ..at(s.prev.tid)
-                });
-            }
-            out
+            }]
         }
+        Record::Blocked(b) => vec![FtraceEvent {
+            sched_blocked_reason: Some(SchedBlockedReason {
+                pid: Some(b.tid as i32),
+                caller: callers.iid(b),
+                io_wait: Some(b.io_wait),
+            }),
+            ..at(b.tid)
+        }],
         Record::Waking(w) => vec![FtraceEvent {
             sched_waking: Some(waking(&w.woken)),
             ..at(w.waker_tid)
@@ -431,14 +462,118 @@ fn waking(t: &TimelineTask) -> SchedWaking {
     }
 }
 
-/// One bundle per CPU, split where that CPU lost records (the bundle after a gap says so).
-fn ftrace_bundles(records: &[Record]) -> Vec<TracePacket> {
-    let mut open: BTreeMap<u32, FtraceEventBundle> = BTreeMap::new();
+/// Where each blocked thread waited: its kernel stack's first frame past the scheduler,
+/// as the kernel's own `get_wchan` picks it (the frames below `__schedule` are the
+/// tracepoint's and fsprof's own), by address, named.
+struct BlockedFunctions {
+    sched_text: Option<(u64, u64)>,
+    names: HashMap<u64, String>,
+}
+
+impl BlockedFunctions {
+    fn of(records: &[Record]) -> BlockedFunctions {
+        let blocked: Vec<_> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Blocked(b) => Some(b),
+                _ => None,
+            })
+            .collect();
+        let sched_text = if blocked.is_empty() {
+            None
+        } else {
+            sched_text()
+        };
+        let Some((lo, hi)) = sched_text else {
+            return BlockedFunctions {
+                sched_text,
+                names: HashMap::new(),
+            };
+        };
+        let addrs: Vec<u64> = blocked
+            .iter()
+            .filter_map(|b| wchan(&b.frames, lo, hi))
+            .collect::<BTreeSet<u64>>()
+            .into_iter()
+            .collect();
+        let names = super::symbols::with(|s| s.kernel(&addrs));
+        BlockedFunctions {
+            sched_text,
+            names: addrs.into_iter().zip(names).collect(),
+        }
+    }
+
+    fn name(&self, b: &TimelineBlocked) -> Option<&String> {
+        let (lo, hi) = self.sched_text?;
+        self.names.get(&wchan(&b.frames, lo, hi)?)
+    }
+}
+
+/// The scheduler's code (`__sched` functions), from /proc/kallsyms.
+fn sched_text() -> Option<(u64, u64)> {
+    let text = fs::read_to_string("/proc/kallsyms").ok()?;
+    let find = |name: &str| {
+        text.lines()
+            .find(|l| l.ends_with(name) && l.split(' ').nth(2) == Some(name))
+            .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+            .filter(|&a| a != 0)
+    };
+    Some((find("__sched_text_start")?, find("__sched_text_end")?))
+}
+
+/// The first frame past the scheduler's, above at least one of them.
+fn wchan(frames: &[u64], lo: u64, hi: u64) -> Option<u64> {
+    let in_sched = |a: &u64| (lo..hi).contains(a);
+    let first = frames.iter().position(in_sched)?;
+    frames[first..]
+        .iter()
+        .copied()
+        .find(|a| *a != 0 && !in_sched(a))
+}
+
+/// One bundle's kernel symbols, interned as they are first used (ids per bundle, as traced
+/// writes them).
+struct Interned<'a> {
+    functions: &'a BlockedFunctions,
+    ids: BTreeMap<String, u64>,
+}
+
+impl Interned<'_> {
+    fn iid(&mut self, b: &TimelineBlocked) -> Option<u64> {
+        let name = self.functions.name(b)?;
+        let next = self.ids.len() as u64 + 1;
+        Some(*self.ids.entry(name.clone()).or_insert(next))
+    }
+
+    fn take(&mut self) -> Option<InternedData> {
+        let ids = std::mem::take(&mut self.ids);
+        (!ids.is_empty()).then(|| InternedData {
+            kernel_symbols: ids
+                .into_iter()
+                .map(|(name, iid)| InternedString {
+                    iid: Some(iid),
+                    str: Some(name.into_bytes()),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The ftrace bundles of one CPU's sequence (its own, since their interned symbols are).
+fn ftrace_sequence(cpu: u32) -> u32 {
+    FTRACE_SEQUENCES + cpu
+}
+const FTRACE_SEQUENCES: u32 = 1000;
+
+/// One bundle per CPU, split where that CPU lost records (the bundle after a gap says so);
+/// each packet carries the kernel symbols its blocked reasons name and starts its sequence's
+/// state afresh.
+fn ftrace_bundles(records: &[Record], functions: &BlockedFunctions) -> Vec<TracePacket> {
+    let mut open: BTreeMap<u32, (FtraceEventBundle, Interned)> = BTreeMap::new();
     let mut done = Vec::new();
     for r in records {
         let h = r.head();
-        let events = ftrace_events(r);
-        if events.is_empty() {
+        if matches!(r, Record::Block(_) | Record::Span(_)) {
             continue;
         }
         if h.lost_before > 0
@@ -446,16 +581,26 @@ fn ftrace_bundles(records: &[Record]) -> Vec<TracePacket> {
         {
             done.push(b);
         }
-        let b = open.entry(h.cpu).or_insert_with(|| FtraceEventBundle {
-            cpu: Some(h.cpu),
-            lost_events: (h.lost_before > 0).then_some(true),
-            ..Default::default()
+        let (bundle, interned) = open.entry(h.cpu).or_insert_with(|| {
+            let bundle = FtraceEventBundle {
+                cpu: Some(h.cpu),
+                lost_events: (h.lost_before > 0).then_some(true),
+                ..Default::default()
+            };
+            let interned = Interned {
+                functions,
+                ids: BTreeMap::new(),
+            };
+            (bundle, interned)
         });
-        b.event.extend(events);
+        bundle.event.extend(ftrace_events(r, interned));
     }
     done.extend(open.into_values());
     done.into_iter()
-        .map(|b| TracePacket {
+        .map(|(b, mut interned)| TracePacket {
+            trusted_packet_sequence_id: b.cpu.map(ftrace_sequence),
+            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED | SEQ_NEEDS_INCREMENTAL_STATE),
+            interned_data: interned.take(),
             ftrace_events: Some(b),
             ..Default::default()
         })
@@ -810,6 +955,39 @@ fn thread_track(s: &TimelineSpan) -> TracePacket {
     }
 }
 
+/// The page cache's dirty and writeback bytes (machine-wide, read at each drain: every 50
+/// ms) as two counters.
+fn dirty_counters(samples: &[Dirty]) -> Vec<TracePacket> {
+    const DIRTY: u64 = 3 << 40;
+    const WRITEBACK: u64 = DIRTY + 1;
+    if samples.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (uuid, name) in [
+        (DIRTY, "page cache dirty"),
+        (WRITEBACK, "page cache under writeback"),
+    ] {
+        let mut d = descriptor(uuid, name.into(), None);
+        if let Some(t) = &mut d.track_descriptor {
+            t.counter = Some(CounterDescriptor {
+                unit: Some(UNIT_SIZE_BYTES),
+            });
+        }
+        out.push(d);
+    }
+    for s in samples {
+        for (uuid, v) in [(DIRTY, s.dirty), (WRITEBACK, s.writeback)] {
+            let mut p = track_event(s.ts, uuid, COUNTER, None);
+            if let Some(e) = &mut p.track_event {
+                e.counter_value = Some(v as i64);
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// An instant on fsprof's own track where a CPU's stream resumed after lost records.
 fn lost_marks(records: &[Record]) -> Vec<TracePacket> {
     const TRACK: u64 = 1;
@@ -833,6 +1011,8 @@ fn lost_marks(records: &[Record]) -> Vec<TracePacket> {
 #[cfg(test)]
 mod tests {
     use fsprof_common::timeline::TimelineHeader;
+
+    use fsprof_common::TimeClass;
 
     use super::*;
 
@@ -863,6 +1043,16 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(reported_state(&dead), 0x10);
+    }
+
+    #[test]
+    fn the_blocked_function_is_the_first_frame_past_the_scheduler() {
+        let (lo, hi) = (0x1000, 0x2000);
+        // bpf_trace_run, __traceiter_sched_switch, __schedule, schedule, io_schedule, the waiter.
+        let frames = [0x9000, 0x9100, 0x1100, 0x1200, 0x1300, 0x5000, 0x6000, 0];
+        assert_eq!(wchan(&frames, lo, hi), Some(0x5000));
+        assert_eq!(wchan(&[0x9000, 0x5000, 0], lo, hi), None);
+        assert_eq!(wchan(&[0x1100, 0, 0], lo, hi), None);
     }
 
     fn block(kind: TimelineKind, ts: u64, rq: u64, bytes: u32, left: u32) -> Record {

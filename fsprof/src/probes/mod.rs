@@ -230,6 +230,7 @@ fn probe_config(opts: &ProbeOptions, period: Option<u64>) -> Result<ProbeConfig>
     if let Some(t) = opts.timeline {
         config.timeline = 1;
         config.timeline_syscall_ns = t.syscall_min_ns;
+        config.timeline_blocked = t.blocked_functions.into();
     }
     if let Some(t) = &opts.fs_events {
         if let Some(dev) = fixed_fs_dev(t) {
@@ -435,7 +436,7 @@ impl Probes {
     }
 
     /// Stops the timeline's consumer; the records it read (None: no timeline).
-    pub fn finish_timeline(&mut self) -> Option<Result<Vec<timeline::Record>>> {
+    pub fn finish_timeline(&mut self) -> Option<Result<timeline::Stream>> {
         self.timeline.take().map(timeline::Consumer::finish)
     }
 

@@ -6,13 +6,18 @@ use crate::aggregate::timeline::TimelineSummary;
 pub fn line(t: &TimelineSummary) -> String {
     let records: Vec<String> = t.records.iter().map(|(k, n)| format!("{n} {k}")).collect();
     let requests: u64 = t.block_requests.values().sum();
+    let undecoded = match t.undecoded {
+        0 => String::new(),
+        n => format!("; {n} records not decoded"),
+    };
     format!(
-        "timeline: {} ({}: {}; {} block requests; {} threads of the target; {} records lost) — open it in ui.perfetto.dev",
+        "timeline: {} ({}: {}; {} block requests; {} threads of the target; {} records lost{}) — open it in ui.perfetto.dev",
         t.path,
         crate::units::bytes(t.bytes),
         records.join(", "),
         requests,
         t.threads,
-        t.lost
+        t.lost,
+        undecoded
     )
 }

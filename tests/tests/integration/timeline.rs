@@ -118,6 +118,9 @@ fn counter_value(e: &pf::TrackEvent) -> i64 {
 /// the name of their track.
 struct Decoded {
     events: Vec<FtraceEvent>,
+    /// Where the target's threads blocked (sched_blocked_reason's caller, named through its
+    /// packet's interned kernel symbols; "" when it names none), with how often.
+    blocked: BTreeMap<String, u64>,
     threads: Vec<i32>,
     tracks: BTreeMap<u64, String>,
     track_events: Vec<(u64, pf::TrackEvent)>,
@@ -125,15 +128,31 @@ struct Decoded {
 
 fn decode(bytes: &[u8]) -> Decoded {
     let trace = Trace::decode(bytes).expect("a Perfetto trace");
+    let mut blocked_at: Vec<(i32, String)> = Vec::new();
     let mut d = Decoded {
         events: Vec::new(),
+        blocked: BTreeMap::new(),
         threads: Vec::new(),
         tracks: BTreeMap::new(),
         track_events: Vec::new(),
     };
     for p in trace.packet {
         match p.data {
-            Some(Data::FtraceEvents(b)) => d.events.extend(b.event),
+            Some(Data::FtraceEvents(b)) => {
+                let symbols: BTreeMap<u64, String> = p
+                    .interned_data
+                    .iter()
+                    .flat_map(|i| &i.kernel_symbols)
+                    .map(|s| (s.iid(), String::from_utf8_lossy(s.str()).into_owned()))
+                    .collect();
+                for e in &b.event {
+                    if let Some(Event::SchedBlockedReason(r)) = &e.event {
+                        let name = r.caller.and_then(|c| symbols.get(&c)).cloned();
+                        blocked_at.push((r.pid(), name.unwrap_or_default()));
+                    }
+                }
+                d.events.extend(b.event);
+            }
             Some(Data::ProcessTree(t)) => d.threads.extend(t.threads.iter().map(|t| t.tid())),
             Some(Data::TrackDescriptor(t)) => {
                 let uuid = t.uuid();
@@ -147,6 +166,11 @@ fn decode(bytes: &[u8]) -> Decoded {
             _ => {}
         }
     }
+    for (pid, name) in blocked_at {
+        if d.threads.contains(&pid) {
+            *d.blocked.entry(name).or_insert(0) += 1;
+        }
+    }
     // Stable: a blocked reason stays after its switch.
     d.events.sort_by_key(|e| e.timestamp.unwrap());
     d.track_events.sort_by_key(|(ts, _)| *ts);
@@ -156,8 +180,10 @@ fn decode(bytes: &[u8]) -> Decoded {
 pub fn thread_states_and_block_slices_match_the_trace() {
     let out = TempDir::new("timeline");
     let file = out.0.join("t.perfetto-trace");
+    // Direct I/O waits, then 8 MB left dirty in the page cache until the syncfs after it.
     let script = "dd if=/dev/zero of=f bs=64k count=400 oflag=direct status=none; \
-                  dd if=f of=/dev/null bs=64k iflag=direct status=none; sleep 0.05";
+                  dd if=f of=/dev/null bs=64k iflag=direct status=none; \
+                  dd if=/dev/zero of=g bs=1M count=8 status=none; sleep 0.3";
     let (said, t) = trace_sh(
         &[
             "--fs",
@@ -167,6 +193,7 @@ pub fn thread_states_and_block_slices_match_the_trace() {
             "--no-stacks",
             "--timeline-syscalls-over",
             "0",
+            "--timeline-blocked-functions",
             "--timeline",
             file.to_str().unwrap(),
         ],
@@ -204,6 +231,49 @@ pub fn thread_states_and_block_slices_match_the_trace() {
 
     check_block(&d, &t, summary);
     check_spans(&d, &t);
+    check_blocked_functions(&d, &t);
+    check_dirty(&d);
+}
+
+/// The page cache counters: sampled every drain (50 ms), in bytes, and the 8 MB the
+/// script left dirty shows.
+fn check_dirty(d: &Decoded) {
+    let values = |name: &str| -> Vec<i64> {
+        d.track_events
+            .iter()
+            .filter(|(_, e)| d.tracks[&e.track_uuid()] == name)
+            .map(|(_, e)| counter_value(e))
+            .collect()
+    };
+    let (dirty, writeback) = (
+        values("page cache dirty"),
+        values("page cache under writeback"),
+    );
+    assert!(
+        dirty.len() >= 6 && dirty.len() == writeback.len(),
+        "{dirty:?}"
+    );
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64;
+    assert!(
+        dirty
+            .iter()
+            .chain(&writeback)
+            .all(|v| *v >= 0 && v % page == 0)
+    );
+    assert!(dirty.iter().any(|&v| v >= 8 << 20), "{dirty:?}");
+}
+
+/// Every D-state switch-out of the target names the kernel function it blocked in (past
+/// the scheduler's), one per D episode the trace counted.
+fn check_blocked_functions(d: &Decoded, t: &fsprof::trace::TraceResult) {
+    eprintln!("blocked in: {:?}", d.blocked);
+    let episodes = t.profile.time.io_wait.episodes + t.profile.time.uninterruptible.episodes;
+    assert_eq!(d.blocked.values().sum::<u64>(), episodes);
+    assert_eq!(d.blocked.get(""), None, "{:?}", d.blocked);
+    let scheduler = ["schedule", "io_schedule", "__schedule", "schedule_timeout"];
+    for name in d.blocked.keys() {
+        assert!(!scheduler.contains(&name.as_str()), "{name}");
+    }
 }
 
 /// Every syscall counted (the threshold is 0) and every completed fs pair is one slice on
