@@ -38,11 +38,19 @@ static TIMELINE_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn header(kind: TimelineKind) -> TimelineHeader {
-    TimelineHeader {
-        kind: kind as u32,
-        cpu: unsafe { bpf_get_smp_processor_id() },
-        ts: now(),
-        lost_before: 0,
+    let mut h = TimelineHeader::default();
+    unsafe { write_header(&mut h, kind) };
+    h
+}
+
+/// `header(kind)`, written at `h` (in the ring, not on the stack).
+#[inline(always)]
+unsafe fn write_header(h: *mut TimelineHeader, kind: TimelineKind) {
+    unsafe {
+        (*h).kind = kind as u32;
+        (*h).cpu = bpf_get_smp_processor_id();
+        (*h).ts = now();
+        (*h).lost_before = 0;
     }
 }
 
@@ -85,19 +93,22 @@ fn emit_with<T: 'static>(fill: impl FnOnce(*mut T)) {
 
 /// Streams what the current thread did from `start` until now, when the timeline is on
 /// (called by the fs event program for a completed pair, by sys_exit for a slow syscall).
-#[inline(always)]
+/// A function of its own (a BPF subprogram), written in place: sys_exit's frame plus the
+/// unwinder's were 512 bytes, the verifier's limit, and 6.1 refused sys_exit at 544 with
+/// this inlined.
+#[inline(never)]
 pub fn span(kind: TimelineKind, id: u32, start: u64, value: i64) {
     if conf!(timeline) == 0 {
         return;
     }
-    emit(TimelineSpan {
-        head: header(kind),
-        start,
-        value,
-        tid: current_tid(),
-        tgid: current_tgid(),
-        id,
-        _pad: 0,
+    emit_with(|s: *mut TimelineSpan| unsafe {
+        write_header(&raw mut (*s).head, kind);
+        (*s).start = start;
+        (*s).value = value;
+        (*s).tid = current_tid();
+        (*s).tgid = current_tgid();
+        (*s).id = id;
+        (*s)._pad = 0;
     });
 }
 
@@ -143,7 +154,7 @@ pub fn timeline_switch(ctx: BtfTracePointContext) -> i32 {
     });
     if blocked {
         emit_with(|b: *mut TimelineBlocked| unsafe {
-            (*b).head = header(TimelineKind::Blocked);
+            write_header(&raw mut (*b).head, TimelineKind::Blocked);
             (*b).tid = prev.tid;
             (*b).io_wait = (prev_class == TimeClass::IoWait as u32) as u32;
             // Current is still `prev`. On failure the helper zeroes the buffer too.
