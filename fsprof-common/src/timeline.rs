@@ -10,7 +10,11 @@ pub const TIMELINE_OFF_BYTES: u32 = 4096;
 
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "user", derive(strum::VariantArray))]
+#[cfg_attr(
+    feature = "user",
+    derive(strum::VariantArray, strum::IntoStaticStr),
+    strum(serialize_all = "snake_case")
+)]
 pub enum TimelineKind {
     Switch = 1,
     Waking = 2,
@@ -29,6 +33,11 @@ impl TimelineKind {
             .iter()
             .copied()
             .find(|k| *k as u32 == v)
+    }
+
+    /// The snake_case name the summary counts records by.
+    pub fn name(self) -> &'static str {
+        self.into()
     }
 }
 

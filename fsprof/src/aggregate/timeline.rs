@@ -337,19 +337,11 @@ pub fn write(
 
 fn count_kinds(records: &[Record]) -> BTreeMap<String, u64> {
     let mut n = BTreeMap::new();
-    for r in records {
-        let kind = match TimelineKind::from_u32(r.head().kind) {
-            Some(TimelineKind::Switch) => "switch",
-            Some(TimelineKind::Waking) => "waking",
-            Some(TimelineKind::Fork) => "fork",
-            Some(TimelineKind::BlockIssue) => "block_issue",
-            Some(TimelineKind::BlockComplete) => "block_complete",
-            Some(TimelineKind::FsPair) => "fs_pair",
-            Some(TimelineKind::Syscall) => "syscall",
-            Some(TimelineKind::Blocked) => "blocked",
-            None => continue,
-        };
-        *n.entry(kind.to_string()).or_insert(0) += 1;
+    for kind in records
+        .iter()
+        .filter_map(|r| TimelineKind::from_u32(r.head().kind))
+    {
+        *n.entry(kind.name().to_string()).or_insert(0) += 1;
     }
     n
 }
@@ -634,6 +626,7 @@ fn process_tree(records: &[Record]) -> TracePacket {
                 .iter()
                 .map(|&pid| Process {
                     pid: Some(pid as i32),
+                    // Its main thread's name: what Perfetto labels the process with.
                     cmdline: threads
                         .get(&pid)
                         .map(|(_, name)| vec![name.clone()])
@@ -790,20 +783,33 @@ fn descriptor(uuid: u64, name: String, parent: Option<u64>) -> TracePacket {
 
 /// A device's parent track and its in-flight counter track (uuid + 1).
 fn device_tracks(dev: u32, name: &str) -> Vec<TracePacket> {
-    let mut counter = descriptor(
-        device_uuid(dev) + 1,
-        format!("{name} requests in flight"),
-        Some(device_uuid(dev)),
-    );
-    if let Some(d) = &mut counter.track_descriptor {
-        d.counter = Some(CounterDescriptor {
-            unit: Some(UNIT_COUNT),
-        });
-    }
     vec![
         descriptor(device_uuid(dev), format!("block {name}"), None),
-        counter,
+        counter_track(
+            device_uuid(dev) + 1,
+            format!("{name} requests in flight"),
+            Some(device_uuid(dev)),
+            UNIT_COUNT,
+        ),
     ]
+}
+
+/// A counter track in `unit` (CounterDescriptor.Unit).
+fn counter_track(uuid: u64, name: String, parent: Option<u64>, unit: i32) -> TracePacket {
+    let mut d = descriptor(uuid, name, parent);
+    if let Some(t) = &mut d.track_descriptor {
+        t.counter = Some(CounterDescriptor { unit: Some(unit) });
+    }
+    d
+}
+
+/// Counter `track` is `value` from `ts` on.
+fn counter_event(ts: u64, track: u64, value: i64) -> TracePacket {
+    let mut p = track_event(ts, track, COUNTER, None);
+    if let Some(e) = &mut p.track_event {
+        e.counter_value = Some(value);
+    }
+    p
 }
 
 fn track_event(ts: u64, track: u64, kind: i32, name: Option<String>) -> TracePacket {
@@ -858,11 +864,7 @@ fn in_flight_counters(mut changes: Vec<(u64, u32, i64)>) -> Vec<TracePacket> {
         .map(|(ts, dev, d)| {
             let n = now.entry(dev).or_insert(0);
             *n += d;
-            let mut p = track_event(ts, device_uuid(dev) + 1, COUNTER, None);
-            if let Some(e) = &mut p.track_event {
-                e.counter_value = Some(*n);
-            }
-            p
+            counter_event(ts, device_uuid(dev) + 1, *n)
         })
         .collect()
 }
@@ -963,27 +965,18 @@ fn dirty_counters(samples: &[Dirty]) -> Vec<TracePacket> {
     if samples.is_empty() {
         return Vec::new();
     }
-    let mut out = Vec::new();
-    for (uuid, name) in [
-        (DIRTY, "page cache dirty"),
-        (WRITEBACK, "page cache under writeback"),
-    ] {
-        let mut d = descriptor(uuid, name.into(), None);
-        if let Some(t) = &mut d.track_descriptor {
-            t.counter = Some(CounterDescriptor {
-                unit: Some(UNIT_SIZE_BYTES),
-            });
-        }
-        out.push(d);
-    }
+    let mut out = vec![
+        counter_track(DIRTY, "page cache dirty".into(), None, UNIT_SIZE_BYTES),
+        counter_track(
+            WRITEBACK,
+            "page cache under writeback".into(),
+            None,
+            UNIT_SIZE_BYTES,
+        ),
+    ];
     for s in samples {
-        for (uuid, v) in [(DIRTY, s.dirty), (WRITEBACK, s.writeback)] {
-            let mut p = track_event(s.ts, uuid, COUNTER, None);
-            if let Some(e) = &mut p.track_event {
-                e.counter_value = Some(v as i64);
-            }
-            out.push(p);
-        }
+        out.push(counter_event(s.ts, DIRTY, s.dirty as i64));
+        out.push(counter_event(s.ts, WRITEBACK, s.writeback as i64));
     }
     out
 }

@@ -55,13 +55,8 @@ const BTF_TRACEPOINTS: &[Program] = &[
     Program::BlockRqIssue,
     Program::BlockRqComplete,
     Program::BlockRqRequeue,
-    Program::TimelineSwitch,
-    Program::TimelineWaking,
-    Program::TimelineFork,
-    Program::TimelineBlockIssue,
-    Program::TimelineBlockComplete,
 ];
-/// The timeline's programs (`--timeline`), attached only then.
+/// The timeline's programs (`--timeline`), attached only then; all BTF tracepoints.
 const TIMELINE: &[Program] = &[
     Program::TimelineSwitch,
     Program::TimelineWaking,
@@ -744,7 +739,7 @@ pub(crate) fn program_mut(ebpf: &mut Ebpf, p: Program) -> Result<&mut aya::progr
 fn attach(ebpf: &mut Ebpf, p: Program) -> Result<()> {
     let name = p.name();
     let prog = program_mut(ebpf, p)?;
-    if BTF_TRACEPOINTS.contains(&p) {
+    if BTF_TRACEPOINTS.contains(&p) || TIMELINE.contains(&p) {
         let prog: &mut BtfTracePoint = prog.try_into()?;
         prog.attach().with_context(|| format!("attaching {name}"))?;
     } else {
