@@ -386,9 +386,28 @@ fn preload_running(probes: &Probes, pid: u32) {
     }
 }
 
+/// Loads the probes, with what start-up waits on read side by side: the kernel's BTF for
+/// the offsets (~80 ms) on a helper thread while this one parses aya's copy of it (~20 ms)
+/// and, with stacks, the kernel's symbols (~45 ms) that naming them needs at the end
+/// (blazesym's symbolizer stays on its thread).
+fn load_probes(opts: &TraceOptions) -> Result<Probes> {
+    crate::probes::check_environment()?;
+    let started = std::time::Instant::now();
+    let offsets = std::thread::spawn(crate::probes::btf::parse_kernel);
+    let _ = crate::probes::btf::aya_kernel();
+    if opts.probes.stacks.is_some() {
+        crate::aggregate::symbols::with(|s| s.read_kernel_symbols());
+    }
+    let _ = offsets.join();
+    let read = ns(started.elapsed());
+    let mut probes = Probes::load(&opts.probes)?;
+    probes.laps.ns.insert("btf+kallsyms".into(), read);
+    Ok(probes)
+}
+
 pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
     signals::install();
-    let mut probes = Probes::load(&opts.probes)?;
+    let mut probes = load_probes(opts)?;
     if opts.verbose {
         eprintln!("{}", probes.describe());
     }
@@ -404,54 +423,75 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
     };
     probes.laps.skip();
     match opts.pid {
-        Some(pid) => {
-            preload_running(&probes, pid);
-            probes.laps.lap("preload");
-            let before = target::process_cpu(pid);
-            for (tid, state) in target::process_tree_threads(pid)? {
-                probes.follow_running(tid, state)?;
-            }
-            let start = Instant::now();
-            let machine = os::machine_cpu();
-            while target::alive(pid)
-                && signals::received().is_none()
-                && opts.duration.is_none_or(|d| start.elapsed() < d)
-            {
-                thread::sleep(Duration::from_millis(50));
-            }
-            result.wall_ns = ns(start.elapsed());
-            result.machine = MachineLoad::since(machine, 0, &[]);
-            if let (Some((u0, s0)), Some((u1, s1))) = (before, target::process_cpu(pid)) {
-                result.user_ns = ns(u1.saturating_sub(u0));
-                result.sys_ns = ns(s1.saturating_sub(s0));
-            }
-        }
-        None => {
-            signals::check()?;
-            for &pid in &opts.also_follow {
-                preload_running(&probes, pid);
-                for (tid, state) in target::process_tree_threads(pid)? {
-                    probes.follow_running(tid, state)?;
-                }
-            }
-            if let Ok(p) = target::resolve_program(&opts.command[0]) {
-                probes.preload_unwind(&p);
-            }
-            probes.laps.lap("preload");
-            let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
-            let pid = held.pid();
-            probes.follow(pid, false)?;
-            let (machine, servers) = (os::machine_cpu(), followed_user_ns(&opts.also_follow));
-            let exit = held.run()?;
-            result.machine = MachineLoad::since(machine, servers, &opts.also_follow);
-            probes.await_final_switch(pid);
-            result.exit_code = exit.code;
-            result.exit_signal = exit.signal;
-            result.wall_ns = ns(exit.wall);
-            result.user_ns = ns(exit.user);
-            result.sys_ns = ns(exit.sys);
+        Some(pid) => watch_running(&mut probes, opts, pid, &mut result)?,
+        None => run_command(&mut probes, opts, &mut result)?,
+    }
+    finish(&mut probes, opts, &mut result)?;
+    result.own_time_ns = probes.laps.ns.clone();
+    Ok(result)
+}
+
+/// `--pid`: follows a running process tree until it ends, a signal, or `--duration`.
+fn watch_running(
+    probes: &mut Probes,
+    opts: &TraceOptions,
+    pid: u32,
+    result: &mut TraceResult,
+) -> Result<()> {
+    preload_running(probes, pid);
+    probes.laps.lap("preload");
+    let before = target::process_cpu(pid);
+    for (tid, state) in target::process_tree_threads(pid)? {
+        probes.follow_running(tid, state)?;
+    }
+    let start = Instant::now();
+    let machine = os::machine_cpu();
+    while target::alive(pid)
+        && signals::received().is_none()
+        && opts.duration.is_none_or(|d| start.elapsed() < d)
+    {
+        thread::sleep(Duration::from_millis(50));
+    }
+    result.wall_ns = ns(start.elapsed());
+    result.machine = MachineLoad::since(machine, 0, &[]);
+    if let (Some((u0, s0)), Some((u1, s1))) = (before, target::process_cpu(pid)) {
+        result.user_ns = ns(u1.saturating_sub(u0));
+        result.sys_ns = ns(s1.saturating_sub(s0));
+    }
+    Ok(())
+}
+
+/// Starts the command held before exec, follows it (and `also_follow`) and waits for it.
+fn run_command(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResult) -> Result<()> {
+    signals::check()?;
+    for &pid in &opts.also_follow {
+        preload_running(probes, pid);
+        for (tid, state) in target::process_tree_threads(pid)? {
+            probes.follow_running(tid, state)?;
         }
     }
+    if let Ok(p) = target::resolve_program(&opts.command[0]) {
+        probes.preload_unwind(&p);
+    }
+    probes.laps.lap("preload");
+    let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
+    let pid = held.pid();
+    probes.follow(pid, false)?;
+    let (machine, servers) = (os::machine_cpu(), followed_user_ns(&opts.also_follow));
+    let exit = held.run()?;
+    result.machine = MachineLoad::since(machine, servers, &opts.also_follow);
+    probes.await_final_switch(pid);
+    result.exit_code = exit.code;
+    result.exit_signal = exit.signal;
+    result.wall_ns = ns(exit.wall);
+    result.user_ns = ns(exit.user);
+    result.sys_ns = ns(exit.sys);
+    Ok(())
+}
+
+/// After the target: syncfs (probes still attached), the timeline written, the maps read,
+/// the stacks named, leftovers killed.
+fn finish(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResult) -> Result<()> {
     if let Some(fs) = &opts.sync_after {
         result.syncfs_ns = Some(ns(os::syncfs(fs)?));
         if opts.quiesce_after {
@@ -476,18 +516,17 @@ pub fn run(opts: &TraceOptions) -> Result<TraceResult> {
         result.timeline = Some(written);
         probes.laps.lap("timeline");
     }
-    let (profile, open) = aggregate::collect(&probes)?;
+    let (profile, open) = aggregate::collect(probes)?;
     result.profile = profile;
     probes.laps.lap("collect");
-    if let Some(st) = stacks::collect(&probes, &open, opts.device_name.as_deref())? {
-        finish_stacks(&mut result, &st, opts.flames.as_ref())?;
+    if let Some(st) = stacks::collect(probes, &open, opts.device_name.as_deref())? {
+        finish_stacks(result, &st, opts.flames.as_ref())?;
     }
     probes.laps.lap("stacks");
     if let Some(dir) = &opts.kill_leftovers_in
         && opts.pid.is_none()
     {
-        kill_leftovers(&probes, dir)?;
+        kill_leftovers(probes, dir)?;
     }
-    result.own_time_ns = probes.laps.ns.clone();
-    Ok(result)
+    Ok(())
 }

@@ -564,97 +564,125 @@ pub fn collect(
         return Ok(None);
     };
     let ebpf = &probes.ebpf;
-    let keys: StdHashMap<u32, StackKey> = by_id(ebpf, MapName::StackIds)?;
-    let user_stacks: StdHashMap<u32, UserStackKey> = by_id(ebpf, MapName::UserStackIds)?;
-    let mappings: StdHashMap<ImageKey, ProcessMappings> = {
-        let m: HashMap<_, ImageKey, ProcessMappings> =
-            HashMap::try_from(crate::probes::map(ebpf, MapName::UserMappings)?)?;
-        m.iter().collect::<Result<_, _>>()?
-    };
+    let captured = Captured::read(ebpf)?;
     let files = probes.unwind_files();
     let w = read_weights(ebpf, open)?;
     let mut stacks = Stacks {
         sample_period_ns: period,
         off_cpu_period_ns: probes.off_cpu_period_ns,
-        distinct: keys.len() as u64,
+        distinct: captured.keys.len() as u64,
         ..Default::default()
     };
     read_counters(ebpf, &mut stacks)?;
-    let programs: Vec<String> = ebpf
-        .programs()
-        .map(|(name, _)| name.chars().take(15).collect())
-        .collect();
     let wakes = read_wakes(ebpf)?;
     symbols::with(|syms| {
         syms.know_files(&files);
-        // A stack id → who and where (frames root first), symbolized once per use.
-        let mut resolve = |id: u32, on_cpu: bool| -> Option<Resolved> {
-            let k = keys.get(&id)?;
-            let addrs = nonzero(&k.kernel);
-            let named = syms.kernel(&addrs).into_iter();
-            let kernel = named.zip(addrs.iter().map(|&a| At::Kernel(a))).collect();
-            let (kernel, kernel_at) = root_first(own_frames(kernel, on_cpu, &programs));
-            let (user, user_whole) = match user_stacks.get(&k.user) {
-                Some(u) => user_frames(syms, u, &mappings),
-                None => (Vec::new(), false),
-            };
-            let (user, user_at) = root_first(user);
-            Some(Resolved {
-                comm: comm_str(&k.comm),
-                tgid: k.tgid,
-                kthread: k.kthread != 0,
-                kernel,
-                user,
-                kernel_at,
-                user_at,
-                user_whole,
-            })
-        };
         for ((id, class), (ns, count)) in w {
-            let mut s = WeightedStack {
-                class,
-                ns,
-                count,
-                ..Default::default()
-            };
             let on_cpu = class == TimeClass::OnCpu as u32 || class == STACK_CLASS_BACKGROUND;
-            let who = resolve(id, on_cpu);
-            match &who {
-                Some(r) => {
-                    s.comm = r.comm.clone();
-                    s.tgid = r.tgid;
-                    s.kernel = r.kernel.clone();
-                    s.user = r.user.clone();
-                    s.kernel_at = r.kernel_at.clone();
-                    s.user_at = r.user_at.clone();
-                    s.user_whole = r.user_whole;
-                }
-                None => s.comm = "[stack unavailable]".to_string(),
-            }
+            let who = captured.resolve(syms, id, on_cpu);
+            let s = weighted(class, ns, count, who.as_ref());
             place(&mut stacks, s, who.as_ref(), dev_name);
         }
         for (k, ns, count) in wakes {
-            let blocked = resolve(k.blocked, false).unwrap_or_default();
-            let waker = resolve(k.waker, false).unwrap_or_default();
-            stacks.wakes.push(WakeEdge {
-                class: k.class,
-                comm: blocked.comm,
-                blocked_kernel: blocked.kernel,
-                blocked_user: blocked.user,
-                blocked_kernel_at: blocked.kernel_at,
-                blocked_user_at: blocked.user_at,
-                waker_comm: waker.comm,
-                waker_tgid: waker.tgid,
-                waker_kthread: waker.kthread,
-                waker_kernel: waker.kernel,
-                waker_kernel_at: waker.kernel_at,
-                ns,
-                count,
-            });
+            let blocked = captured.resolve(syms, k.blocked, false);
+            let waker = captured.resolve(syms, k.waker, false);
+            let (blocked, waker) = (blocked.unwrap_or_default(), waker.unwrap_or_default());
+            stacks.wakes.push(wake_edge(&k, ns, count, blocked, waker));
         }
         stacks.files = files_of(&stacks, syms);
     });
     Ok(Some(stacks))
+}
+
+/// What naming a stack id needs from the maps: the whole stacks, the user stacks, the
+/// processes' mappings, and the program names whose own frames are cut.
+struct Captured {
+    keys: StdHashMap<u32, StackKey>,
+    user_stacks: StdHashMap<u32, UserStackKey>,
+    mappings: StdHashMap<ImageKey, ProcessMappings>,
+    programs: Vec<String>,
+}
+
+impl Captured {
+    fn read(ebpf: &aya::Ebpf) -> Result<Captured> {
+        let m: HashMap<_, ImageKey, ProcessMappings> =
+            HashMap::try_from(crate::probes::map(ebpf, MapName::UserMappings)?)?;
+        Ok(Captured {
+            keys: by_id(ebpf, MapName::StackIds)?,
+            user_stacks: by_id(ebpf, MapName::UserStackIds)?,
+            mappings: m.iter().collect::<Result<_, _>>()?,
+            programs: ebpf
+                .programs()
+                .map(|(name, _)| name.chars().take(15).collect())
+                .collect(),
+        })
+    }
+
+    /// A stack id → who and where (frames root first), symbolized once per use.
+    fn resolve(&self, syms: &mut symbols::Symbols, id: u32, on_cpu: bool) -> Option<Resolved> {
+        let k = self.keys.get(&id)?;
+        let addrs = nonzero(&k.kernel);
+        let named = syms.kernel(&addrs).into_iter();
+        let kernel = named.zip(addrs.iter().map(|&a| At::Kernel(a))).collect();
+        let (kernel, kernel_at) = root_first(own_frames(kernel, on_cpu, &self.programs));
+        let (user, user_whole) = match self.user_stacks.get(&k.user) {
+            Some(u) => user_frames(syms, u, &self.mappings),
+            None => (Vec::new(), false),
+        };
+        let (user, user_at) = root_first(user);
+        Some(Resolved {
+            comm: comm_str(&k.comm),
+            tgid: k.tgid,
+            kthread: k.kthread != 0,
+            kernel,
+            user,
+            kernel_at,
+            user_at,
+            user_whole,
+        })
+    }
+}
+
+/// One (stack, class) weight with its frames, or "[stack unavailable]".
+fn weighted(class: u32, ns: u64, count: u64, who: Option<&Resolved>) -> WeightedStack {
+    let mut s = WeightedStack {
+        class,
+        ns,
+        count,
+        ..Default::default()
+    };
+    match who {
+        Some(r) => {
+            s.comm = r.comm.clone();
+            s.tgid = r.tgid;
+            s.kernel = r.kernel.clone();
+            s.user = r.user.clone();
+            s.kernel_at = r.kernel_at.clone();
+            s.user_at = r.user_at.clone();
+            s.user_whole = r.user_whole;
+        }
+        None => s.comm = "[stack unavailable]".to_string(),
+    }
+    s
+}
+
+/// One "who made it wait" edge, both ends named.
+fn wake_edge(k: &WakeKey, ns: u64, count: u64, blocked: Resolved, waker: Resolved) -> WakeEdge {
+    WakeEdge {
+        class: k.class,
+        comm: blocked.comm,
+        blocked_kernel: blocked.kernel,
+        blocked_user: blocked.user,
+        blocked_kernel_at: blocked.kernel_at,
+        blocked_user_at: blocked.user_at,
+        waker_comm: waker.comm,
+        waker_tgid: waker.tgid,
+        waker_kthread: waker.kthread,
+        waker_kernel: waker.kernel,
+        waker_kernel_at: waker.kernel_at,
+        ns,
+        count,
+    }
 }
 
 #[cfg(test)]

@@ -90,6 +90,9 @@ impl FileIndex {
     }
 }
 
+/// A kernel-half address: naming it makes blazesym read the kernel's symbols.
+const KERNEL_PROBE_ADDR: u64 = 0xffff_ffff_8100_0000;
+
 /// Process-wide symbol state: blazesym caches parsed files, and `fsprof run` symbolizes
 /// hundreds of cells.
 pub struct Symbols {
@@ -129,6 +132,12 @@ impl Symbols {
                 self.index.paths.insert(*k, p.clone());
             }
         }
+    }
+
+    /// Reads the kernel's symbols now (blazesym keeps them), so naming the first stack later
+    /// does not wait ~45 ms for /proc/kallsyms.
+    pub fn read_kernel_symbols(&mut self) {
+        self.kernel(&[KERNEL_PROBE_ADDR]);
     }
 
     /// Names of kernel addresses, in order; unknown ones as hex addresses.

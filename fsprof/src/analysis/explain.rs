@@ -336,13 +336,39 @@ fn top_paths(c: &Cell, off: bool, n: usize) -> Vec<String> {
 const WAIT_FOR_CHILD: &[&str] = &["wait4", "waitid", "waitpid"];
 
 fn one(c: &Cell, step: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let wall = c.wall();
+    let mut out = vec![wall_sentence(c, step), classes_sentence(c)];
+    let bg = c.background();
+    if bg > 0 {
+        out.push(format!(
+            "Kernel threads worked {} for the filesystem alongside ({}).",
+            seconds(bg),
+            c.background_classes()
+        ));
+    }
+    out.extend(syscalls_sentence(c));
+    out.extend(waited_sentence(c));
+    if let Some(t) = c.top_wake() {
+        out.push(format!("Heaviest wait: {t}."));
+    }
+    let waits = top_paths(c, true, 3);
+    if !waits.is_empty() {
+        out.push(format!("Longest waits: {}.", waits.join("; ")));
+    }
+    let on = top_paths(c, false, 2);
+    if !on.is_empty() {
+        out.push(format!("Most on-CPU time: {}.", on.join("; ")));
+    }
+    out.extend(block_sentence(c));
+    out
+}
+
+/// The wall, the time until durable, and until the background work was done.
+fn wall_sentence(c: &Cell, step: &str) -> String {
     let n = c.runs.len();
-    out.push(format!(
+    format!(
         "{} {step}: {} wall (median of {n} pass{}), then {} until durable (syncfs){}.",
         c.fs,
-        seconds(wall),
+        seconds(c.wall()),
         if n == 1 { "" } else { "es" },
         seconds(c.med(|s| s.syncfs_ns)),
         match c.med(|s| s.trace.quiesce_ns.unwrap_or(0)) {
@@ -352,7 +378,11 @@ fn one(c: &Cell, step: &str) -> Vec<String> {
                 seconds(q)
             ),
         }
-    ));
+    )
+}
+
+/// The target's time by class, a parent's sleep waiting for its children left out.
+fn classes_sentence(c: &Cell) -> String {
     let mut classes = c.classes();
     let waiting = c.waiting_for_children();
     if let Some(s) = classes.iter_mut().find(|(l, _)| *l == "sleep") {
@@ -365,7 +395,7 @@ fn one(c: &Cell, step: &str) -> Vec<String> {
         .filter(|(_, ns)| *ns >= 500_000)
         .map(|(l, ns)| format!("{l} {} ({})", seconds(*ns), pct(*ns, total)))
         .collect();
-    out.push(format!(
+    format!(
         "The target's threads spent {}{}.",
         parts.join(", "),
         if waiting > 0 {
@@ -376,15 +406,11 @@ fn one(c: &Cell, step: &str) -> Vec<String> {
         } else {
             String::new()
         }
-    ));
-    let bg = c.background();
-    if bg > 0 {
-        out.push(format!(
-            "Kernel threads worked {} for the filesystem alongside ({}).",
-            seconds(bg),
-            c.background_classes()
-        ));
-    }
+    )
+}
+
+/// The three syscalls with the most time (waits for children left out).
+fn syscalls_sentence(c: &Cell) -> Option<String> {
     let mut sc: Vec<(String, (u64, u64))> = c
         .syscalls()
         .into_iter()
@@ -402,9 +428,11 @@ fn one(c: &Cell, step: &str) -> Vec<String> {
             )
         })
         .collect();
-    if !calls.is_empty() {
-        out.push(format!("Most syscall time: {}.", calls.join("; ")));
-    }
+    (!calls.is_empty()).then(|| format!("Most syscall time: {}.", calls.join("; ")))
+}
+
+/// Off-CPU time by what ended each wait.
+fn waited_sentence(c: &Cell) -> Option<String> {
     let waited = c.waited_for();
     let off: u64 = waited.iter().map(|(_, ns)| ns).sum();
     let parts: Vec<String> = waited
@@ -413,20 +441,11 @@ fn one(c: &Cell, step: &str) -> Vec<String> {
         .take(5)
         .map(|(w, ns)| format!("{w} {} ({})", seconds(*ns), pct(*ns, off)))
         .collect();
-    if !parts.is_empty() {
-        out.push(format!("Off-CPU, by what ended it: {}.", parts.join(", ")));
-    }
-    if let Some(t) = c.top_wake() {
-        out.push(format!("Heaviest wait: {t}."));
-    }
-    let waits = top_paths(c, true, 3);
-    if !waits.is_empty() {
-        out.push(format!("Longest waits: {}.", waits.join("; ")));
-    }
-    let on = top_paths(c, false, 2);
-    if !on.is_empty() {
-        out.push(format!("Most on-CPU time: {}.", on.join("; ")));
-    }
+    (!parts.is_empty()).then(|| format!("Off-CPU, by what ended it: {}.", parts.join(", ")))
+}
+
+/// The block requests per class.
+fn block_sentence(c: &Cell) -> Option<String> {
     let blocks: Vec<String> = c
         .block()
         .iter()
@@ -440,10 +459,7 @@ fn one(c: &Cell, step: &str) -> Vec<String> {
             )
         })
         .collect();
-    if !blocks.is_empty() {
-        out.push(format!("Block I/O: {}.", blocks.join("; ")));
-    }
-    out
+    (!blocks.is_empty()).then(|| format!("Block I/O: {}.", blocks.join("; ")))
 }
 
 /// What compare's rule says of a figure of `a` against `b`, as a sentence part.

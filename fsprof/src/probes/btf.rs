@@ -25,6 +25,11 @@ pub fn load(path: &Path) -> Result<&'static Btf> {
     .map_err(|e| anyhow!("{e}"))
 }
 
+/// Parses the running kernel's BTF for the offsets (its outcome is kept for their reader).
+pub fn parse_kernel() {
+    let _ = load(Path::new(super::offsets::VMLINUX_BTF));
+}
+
 /// aya's own parse of the running kernel's BTF, which attaching a BTF tracepoint needs: one
 /// parse for all of them (each took ~30 ms).
 pub fn aya_kernel() -> Result<&'static aya::Btf> {

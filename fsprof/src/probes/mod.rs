@@ -649,7 +649,12 @@ fn verify_in_parallel<'p>(
     std::thread::scope(|scope| {
         for _ in 0..threads.min(wanted.len()) {
             scope.spawn(|| {
-                while let Some((name, prog)) = queue.lock().expect("queue").pop() {
+                loop {
+                    // Its own statement: the guard of a `while let` scrutinee lives through
+                    // the body, and one thread then verified every program while the other
+                    // waited (strace: all loads on one thread, 0.32 s).
+                    let next = queue.lock().expect("queue").pop();
+                    let Some((name, prog)) = next else { break };
                     let r = verify(name, prog, btf).map_err(|e| format!("{e:#}"));
                     outcomes
                         .lock()

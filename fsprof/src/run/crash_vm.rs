@@ -225,7 +225,7 @@ fn boot(lab: &Lab, plan: &GuestPlan) -> Result<guest::GuestRun> {
                 .with_context(|| format!("creating the VM's disk {}", d.display()))?;
         }
     }
-    let me = std::env::current_exe().context("locating the fsprof binary")?;
+    let me = guest::own_copy(&scratch.share)?;
     let script = format!(
         "{} crash-guest --plan {PLAN}",
         shlex::try_quote(&me.to_string_lossy())?

@@ -31,7 +31,38 @@ type Cells = Vec<(String, Vec<(String, CellFolded)>)>;
 /// Sums the passes' folded files of each cell, draws them, and draws the diffs.
 pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFlames> {
     let mut out = RunFlames::default();
-    // step → fs → kind → folded (passes summed); in run order.
+    let out_dirs = Dirs {
+        graphs: dir,
+        results: results_dir,
+    };
+    for (step, cells) in &merge(result)? {
+        std::fs::create_dir_all(dir.join(step))?;
+        for (fs, kinds) in cells {
+            let entry = out
+                .cells
+                .entry(step.clone())
+                .or_default()
+                .entry(fs.clone())
+                .or_default();
+            draw_cell(result, &out_dirs, step, fs, kinds, entry)?;
+        }
+        for (i, (fs, kinds)) in cells.iter().enumerate() {
+            if let Some(base) = diff_base(cells, i) {
+                draw_diffs(result, &out_dirs, step, (fs, kinds), base, &mut out.diffs)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Where the graphs go, and what their paths in the results are relative to.
+struct Dirs<'a> {
+    graphs: &'a Path,
+    results: &'a Path,
+}
+
+/// step → fs → kind → folded (passes summed); in run order.
+fn merge(result: &RunResult) -> Result<Cells> {
     let mut merged: Cells = Vec::new();
     for f in &result.filesystems {
         for p in &f.passes {
@@ -62,79 +93,85 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
             }
         }
     }
-    let passes = |fs: &str| {
-        result
-            .filesystems
-            .iter()
-            .filter(|f| f.column() == fs)
-            .map(|f| f.passes.len())
-            .sum::<usize>()
-    };
-    for (step, cells) in &merged {
-        let step_dir = dir.join(step);
-        std::fs::create_dir_all(&step_dir)?;
-        for (fs, kinds) in cells {
-            let n = passes(fs);
-            let title = format!(
-                "{fs} · {step} · {n} pass{} summed · kernel {}",
-                if n == 1 { "" } else { "es" },
-                result.kernel
-            );
-            let entry = out
-                .cells
-                .entry(step.clone())
-                .or_default()
-                .entry(fs.clone())
-                .or_default();
-            for kind in Kind::ALL {
-                let Some(f) = kinds.get(kind.file_stem()) else {
-                    continue;
-                };
-                let folded = step_dir.join(format!("{fs}.{}.folded", kind.file_stem()));
-                folded::write_folded(f, &folded)?;
-                entry.insert(
-                    format!("{}.folded", kind.file_stem()),
-                    rel(&folded, results_dir),
-                );
-                let svg = step_dir.join(format!("{fs}.{}.svg", kind.file_stem()));
-                let t = format!("{title} · {}", folded::kind_title(kind));
-                if flame::render(f, kind, &t, &svg)? {
-                    entry.insert(format!("{}.svg", kind.file_stem()), rel(&svg, results_dir));
-                }
-            }
-        }
-        for (i, (fs, kinds)) in cells.iter().enumerate() {
-            let Some((base, base_kinds)) = diff_base(cells, i) else {
-                continue;
-            };
-            for kind in DIFF_KINDS {
-                let empty = Folded::new();
-                let before = base_kinds.get(kind.file_stem()).unwrap_or(&empty);
-                let after = kinds.get(kind.file_stem()).unwrap_or(&empty);
-                let svg = step_dir.join(format!("{fs}-vs-{base}.{}.diff.svg", kind.file_stem()));
-                let title = format!(
-                    "{step}: {fs} vs {base} · {} · kernel {}",
-                    folded::kind_title(kind),
-                    result.kernel
-                );
-                let sub = format!(
-                    "shapes and widths: {fs} ({} µs); red: more time on {fs} than on {base} ({} µs), blue: less",
-                    folded::total_us(after),
-                    folded::total_us(before)
-                );
-                if flame::render_diff(before, after, &title, &sub, &svg)? {
-                    out.diffs.push(FlameDiff {
-                        step: step.clone(),
-                        base: base.clone(),
-                        fs: fs.clone(),
-                        kind: kind.file_stem().to_string(),
-                        path: rel(&svg, results_dir),
-                    });
-                }
-            }
+    Ok(merged)
+}
+
+/// One cell's summed folded stacks and flame graphs, recorded in `entry`.
+fn draw_cell(
+    result: &RunResult,
+    dirs: &Dirs,
+    step: &str,
+    fs: &str,
+    kinds: &CellFolded,
+    entry: &mut BTreeMap<String, String>,
+) -> Result<()> {
+    let n: usize = result
+        .filesystems
+        .iter()
+        .filter(|f| f.column() == fs)
+        .map(|f| f.passes.len())
+        .sum();
+    let title = format!(
+        "{fs} · {step} · {n} pass{} summed · kernel {}",
+        if n == 1 { "" } else { "es" },
+        result.kernel
+    );
+    let step_dir = dirs.graphs.join(step);
+    for kind in Kind::ALL {
+        let Some(f) = kinds.get(kind.file_stem()) else {
+            continue;
+        };
+        let folded = step_dir.join(format!("{fs}.{}.folded", kind.file_stem()));
+        folded::write_folded(f, &folded)?;
+        entry.insert(
+            format!("{}.folded", kind.file_stem()),
+            rel(&folded, dirs.results),
+        );
+        let svg = step_dir.join(format!("{fs}.{}.svg", kind.file_stem()));
+        let t = format!("{title} · {}", folded::kind_title(kind));
+        if flame::render(f, kind, &t, &svg)? {
+            entry.insert(format!("{}.svg", kind.file_stem()), rel(&svg, dirs.results));
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The differential graphs of one column against its base.
+fn draw_diffs(
+    result: &RunResult,
+    dirs: &Dirs,
+    step: &str,
+    (fs, kinds): (&str, &CellFolded),
+    (base, base_kinds): &(String, CellFolded),
+    diffs: &mut Vec<FlameDiff>,
+) -> Result<()> {
+    let step_dir = dirs.graphs.join(step);
+    for kind in DIFF_KINDS {
+        let empty = Folded::new();
+        let before = base_kinds.get(kind.file_stem()).unwrap_or(&empty);
+        let after = kinds.get(kind.file_stem()).unwrap_or(&empty);
+        let svg = step_dir.join(format!("{fs}-vs-{base}.{}.diff.svg", kind.file_stem()));
+        let title = format!(
+            "{step}: {fs} vs {base} · {} · kernel {}",
+            folded::kind_title(kind),
+            result.kernel
+        );
+        let sub = format!(
+            "shapes and widths: {fs} ({} µs); red: more time on {fs} than on {base} ({} µs), blue: less",
+            folded::total_us(after),
+            folded::total_us(before)
+        );
+        if flame::render_diff(before, after, &title, &sub, &svg)? {
+            diffs.push(FlameDiff {
+                step: step.to_string(),
+                base: base.clone(),
+                fs: fs.to_string(),
+                kind: kind.file_stem().to_string(),
+                path: rel(&svg, dirs.results),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What column `i` of a step is drawn against: on a kernel axis the same filesystem on the

@@ -336,7 +336,7 @@ fn boot(
     fs::File::create(&scratch.disk)
         .and_then(|f| f.set_len(size))
         .with_context(|| format!("creating the VM's disk {}", scratch.disk.display()))?;
-    let me = std::env::current_exe().context("locating the fsprof binary")?;
+    let me = guest::own_copy(&scratch.share)?;
     let share = scratch.share.to_str().context("--dir is not UTF-8")?;
     let mut cmd: Vec<String> = vec![me.to_string_lossy().into_owned(), "run".into()];
     cmd.extend(args.iter().cloned());

@@ -117,6 +117,16 @@ impl std::error::Error for Stalled {}
 /// Where the script's start is stamped, to measure the boot.
 const STARTED: &str = ".fsprof-guest-started";
 
+/// A copy of this fsprof in `share` for the guest to run. The guest would read the host's
+/// file through 9p page by page, and a guest workload died of SIGSEGV in the minute cargo
+/// relinked it. /proc/self/exe is the file this process started from.
+pub fn own_copy(share: &Path) -> Result<PathBuf> {
+    let to = share.join("fsprof");
+    std::fs::copy("/proc/self/exe", &to)
+        .with_context(|| format!("copying fsprof into the VM's share {}", share.display()))?;
+    Ok(to)
+}
+
 /// Runs `script` (sh) in a VM with `kernel`; its cwd is the first of `shares` (host
 /// directories the guest may write); `disks` are its virtio-blk disks (`guest_disk`). When
 /// the file `power_cut` appears, the VM is killed at once (SIGKILL to qemu): the guest's
@@ -140,27 +150,7 @@ pub fn run(
         HEARTBEAT.as_secs(),
         q = shlex::try_quote(share_s)?
     );
-    let mut cmd = vng();
-    cmd.arg("--run")
-        .arg(&kernel.vmlinuz)
-        .args(["--cpus", &cfg.cpus.to_string()])
-        .args(["--memory", &format!("{}M", cfg.memory_bytes >> 20)])
-        .args(shares.iter().map(|d| format!("--rwdir={}", d.display())))
-        // The guest loads its own modules (filesystems, virtio-blk) from the host's copy.
-        .arg(format!("--rodir=/lib/modules={}", kernel.modules.display()))
-        .args(["--exec", &full])
-        .current_dir("/")
-        // Its own group, so stopping it reaches qemu however vng started it.
-        .process_group(0);
-    if cfg.accel == Accel::Tcg {
-        cmd.arg("--disable-kvm");
-    }
-    for d in disks {
-        cmd.arg(format!(
-            "--qemu-opts=-drive file={},if=virtio,cache={DISK_CACHE},format=raw",
-            d.display()
-        ));
-    }
+    let mut cmd = vng_command(kernel, cfg, shares, disks, &full)?;
     if let Some(cut) = power_cut {
         let _ = std::fs::remove_file(cut);
     }
@@ -210,6 +200,49 @@ pub fn run(
         wall: started.elapsed(),
         power_cut,
     })
+}
+
+/// virtme-ng booting `kernel` to run `script` (see `run`).
+fn vng_command(
+    kernel: &GuestKernel,
+    cfg: &VmConfig,
+    shares: &[&Path],
+    disks: &[&Path],
+    script: &str,
+) -> Result<Command> {
+    let mut cmd = vng();
+    cmd.arg("--run")
+        .arg(&kernel.vmlinuz)
+        .args(["--cpus", &cfg.cpus.to_string()])
+        .args(["--memory", &format!("{}M", cfg.memory_bytes >> 20)])
+        .args(shares.iter().map(|d| format!("--rwdir={}", d.display())))
+        // The guest loads its own modules (filesystems, virtio-blk) from the host's copy.
+        .arg(format!("--rodir=/lib/modules={}", kernel.modules.display()))
+        .args(["--exec", script])
+        .current_dir("/")
+        // Its own group, so stopping it reaches qemu however vng started it.
+        .process_group(0);
+    if cfg.accel == Accel::Tcg {
+        cmd.arg("--disable-kvm");
+    }
+    for d in disks {
+        cmd.arg(format!(
+            "--qemu-opts=-drive file={},if=virtio,cache={DISK_CACHE},format=raw",
+            d.display()
+        ));
+    }
+    cmd.args(extra_vng_args()?);
+    Ok(cmd)
+}
+
+/// `FSPROF_VM_VNG_ARGS`: more arguments for virtme-ng, shell-quoted, to look into a guest
+/// (`--append nokaslr --qemu-opts='-monitor unix:mon.sock,server,nowait'`: a hung guest's
+/// registers, placed with its System.map).
+fn extra_vng_args() -> Result<Vec<String>> {
+    let Ok(extra) = std::env::var("FSPROF_VM_VNG_ARGS") else {
+        return Ok(Vec::new());
+    };
+    shlex::split(&extra).with_context(|| format!("FSPROF_VM_VNG_ARGS is not shell words: {extra}"))
 }
 
 /// `relay` on a thread of its own.
