@@ -109,41 +109,7 @@ pub struct RunArgs {
 }
 
 pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
-    let mut extra_steps = a.steps.clone();
-    extra_steps.extend(a.pgbench.clone().map(RunStep::Pgbench));
-    let flames_dir = a
-        .stacks
-        .flames
-        .clone()
-        .unwrap_or_else(|| run::flames::default_dir(&a.json));
-    let opts = RunOptions {
-        extra_steps,
-        filesystems: a.fs.clone(),
-        suite: a.suite,
-        scale: a.scale,
-        passes: a.passes.max(1),
-        seed: a.seed,
-        jobs: a.jobs.max(1),
-        size: a.size,
-        image_dir: a.dir.clone(),
-        mkfs_opts: per_fs(&a.mkfs_opts)?,
-        mount_opts: per_fs(&a.mount_opts)?,
-        device: a.device.clone(),
-        force: a.force,
-        results: a.json.clone(),
-        drop_caches: !a.no_drop_caches,
-        stacks: a.stacks.options(),
-        fs_events: a.stacks.fs_event_set(),
-        quiesce: !a.no_quiesce,
-        only: a.only.clone(),
-        flames_dir: flames_dir.clone(),
-        pprof_dir: a.stacks.pprof.clone(),
-        timeline_dir: a.timeline.clone(),
-        timeline: a.timeline_args.options(a.timeline.is_some()),
-        draw_cells: !a.no_cell_graphs,
-        label: a.label.clone(),
-        fail_fast: a.fail_fast,
-    };
+    let opts = run_options(&a)?;
     let kernels = a.vm.guest_kernels(&a.dir)?;
     if !kernels.is_empty() && a.stacks.pprof.is_some() {
         anyhow::bail!("--pprof is not available with --kernel yet: profile on the host's kernel");
@@ -167,23 +133,7 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     };
     // Whatever happened, every finished step of this run is shown and written.
     if let Some(result) = &outcome.result {
-        print!("{}", report::run_table::render(result, a.verbose));
-        let csv = a.json.with_extension("csv");
-        std::fs::write(&csv, result.to_csv())?;
-        write_html(result, &a.json, &a.json.with_extension("html"))?;
-        eprintln!(
-            "fsprof: results in {} and {}",
-            a.json.display(),
-            csv.display()
-        );
-        if !result.flames.cells.is_empty() {
-            eprintln!(
-                "fsprof: flame graphs of {} cells and {} differential graphs in {}",
-                result.flames.cells.values().map(|c| c.len()).sum::<usize>(),
-                result.flames.diffs.len(),
-                flames_dir.display()
-            );
-        }
+        write_outputs(&a, result, &opts.flames_dir)?;
     }
     // Recorded last: the results files are written whatever the history says.
     let recorded = match (&outcome.result, a.no_history) {
@@ -199,4 +149,69 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         }
         (None, Ok(())) => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// The summary on stdout; the results as CSV and HTML beside the JSON the run saved.
+fn write_outputs(
+    a: &RunArgs,
+    result: &crate::results::RunResult,
+    flames_dir: &std::path::Path,
+) -> Result<()> {
+    print!("{}", report::run_table::render(result, a.verbose));
+    let csv = a.json.with_extension("csv");
+    std::fs::write(&csv, result.to_csv())?;
+    write_html(result, &a.json, &a.json.with_extension("html"))?;
+    eprintln!(
+        "fsprof: results in {} and {}",
+        a.json.display(),
+        csv.display()
+    );
+    if !result.flames.cells.is_empty() {
+        eprintln!(
+            "fsprof: flame graphs of {} cells and {} differential graphs in {}",
+            result.flames.cells.values().map(|c| c.len()).sum::<usize>(),
+            result.flames.diffs.len(),
+            flames_dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// What the command line asks of the run.
+fn run_options(a: &RunArgs) -> Result<RunOptions> {
+    let mut extra_steps = a.steps.clone();
+    extra_steps.extend(a.pgbench.clone().map(RunStep::Pgbench));
+    let flames_dir = a
+        .stacks
+        .flames
+        .clone()
+        .unwrap_or_else(|| run::flames::default_dir(&a.json));
+    Ok(RunOptions {
+        extra_steps,
+        filesystems: a.fs.clone(),
+        suite: a.suite,
+        scale: a.scale,
+        passes: a.passes.max(1),
+        seed: a.seed,
+        jobs: a.jobs.max(1),
+        size: a.size,
+        image_dir: a.dir.clone(),
+        mkfs_opts: per_fs(&a.mkfs_opts)?,
+        mount_opts: per_fs(&a.mount_opts)?,
+        device: a.device.clone(),
+        force: a.force,
+        results: a.json.clone(),
+        drop_caches: !a.no_drop_caches,
+        stacks: a.stacks.options(),
+        fs_events: a.stacks.fs_event_set(),
+        quiesce: !a.no_quiesce,
+        only: a.only.clone(),
+        flames_dir,
+        pprof_dir: a.stacks.pprof.clone(),
+        timeline_dir: a.timeline.clone(),
+        timeline: a.timeline_args.options(a.timeline.is_some()),
+        draw_cells: !a.no_cell_graphs,
+        label: a.label.clone(),
+        fail_fast: a.fail_fast,
+    })
 }
