@@ -2,6 +2,8 @@
 
 pub mod btf;
 pub mod dense;
+#[cfg(test)]
+mod frames;
 pub mod fs_events;
 pub mod mmapped;
 pub mod offsets;
