@@ -119,7 +119,6 @@ pub fn run(opts: &RunOptions, kernels: &[GuestKernel], cfg: &VmConfig, args: &[S
 /// home.
 fn preflight(opts: &RunOptions) -> Result<(String, std::path::PathBuf)> {
     check_tools()?;
-    check_tools()?;
     if opts.device.is_some() {
         bail!("--device with --kernel: the VM's test disk is a fresh image under --dir");
     }

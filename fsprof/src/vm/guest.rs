@@ -117,6 +117,39 @@ impl std::error::Error for Stalled {}
 /// Where the script's start is stamped, to measure the boot.
 const STARTED: &str = ".fsprof-guest-started";
 
+/// Says once per process when qemu's emulator is one that hangs guests: qemu 7.2's TCG
+/// stopped a Debian 6.1 guest whole when its kernel patched a static key in code another
+/// vCPU was running (both vCPUs between the int3 and the patched site in bpf_trace_run2; 2
+/// of 2 boots), which attaching probes does; qemu 10.0.2 did not (0 of 3 boots).
+fn warn_of_old_qemu(accel: Accel) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if accel != Accel::Tcg {
+        return;
+    }
+    ONCE.call_once(|| {
+        if let Some((major, minor)) = qemu_version().filter(|(major, _)| *major < 10) {
+            eprintln!(
+                "fsprof: warning: qemu {major}.{minor}'s emulator hangs 6.1 guests now and then                  (their kernel patching code another vCPU runs); qemu 10 does not:                  `cargo xtask setup` installs it from bookworm-backports"
+            );
+        }
+    });
+}
+
+/// qemu's version, from "QEMU emulator version 7.2.22 (…)".
+fn qemu_version() -> Option<(u32, u32)> {
+    let out = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .ok()?;
+    parse_qemu_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn parse_qemu_version(text: &str) -> Option<(u32, u32)> {
+    let version = text.split_whitespace().nth(3)?;
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??))
+}
+
 /// A copy of this fsprof in `share` for the guest to run. The guest would read the host's
 /// file through 9p page by page, and a guest workload died of SIGSEGV in the minute cargo
 /// relinked it. /proc/self/exe is the file this process started from.
@@ -141,6 +174,7 @@ pub fn run(
     script: &str,
 ) -> Result<GuestRun> {
     signals::install();
+    warn_of_old_qemu(cfg.accel);
     let share = shares.first().context("no share")?;
     let stamp = share.join(STARTED);
     let _ = std::fs::remove_file(&stamp);
@@ -368,4 +402,18 @@ pub fn scratch_paths(dir: &Path) -> (PathBuf, PathBuf) {
         dir.join(format!("fsprof-{id}-vm")),
         dir.join(format!("fsprof-{id}-vm.img")),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qemu_versions_parse() {
+        let debian = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\nCopyright";
+        assert_eq!(parse_qemu_version(debian), Some((7, 2)));
+        let backports = "QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)";
+        assert_eq!(parse_qemu_version(backports), Some((10, 0)));
+        assert_eq!(parse_qemu_version("qemu: unknown"), None);
+    }
 }
