@@ -391,7 +391,6 @@ fn preload_running(probes: &Probes, pid: u32) {
 /// and, with stacks, the kernel's symbols (~45 ms) that naming them needs at the end
 /// (blazesym's symbolizer stays on its thread).
 fn load_probes(opts: &TraceOptions) -> Result<Probes> {
-    crate::probes::check_environment()?;
     let started = std::time::Instant::now();
     let offsets = std::thread::spawn(crate::probes::btf::parse_kernel);
     let _ = crate::probes::btf::aya_kernel();

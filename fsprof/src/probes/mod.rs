@@ -322,8 +322,6 @@ impl Probes {
         let period = opts.stacks.map(|s| off_cpu_period_for(s.sample_hz));
         let config = probe_config(opts, period)?;
         laps.lap("offsets");
-        btf::aya_kernel()?;
-        laps.lap("btf");
         let dense = dense_layout(opts)?;
         let mut ebpf = load_object(config, &dense, opts)?;
         laps.lap("load");
