@@ -8,11 +8,11 @@
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
     macros::{btf_tracepoint, map},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use fsprof_common::{
-    BLOCK_CLASSES, BlockClass, BlockKey, BlockStats, HistKind, Lost, MAX_BLOCK_KEYS,
+    BLOCK_CLASSES, BlockClass, BlockKey, BlockStats, CpuKey, HistKind, Lost, MAX_BLOCK_KEYS,
     MAX_BLOCK_SLOTS, MAX_FILTER_DEVS, MAX_INFLIGHT_REQUESTS, MAX_INFLIGHT_SLOTS, NO_ROW, Program,
     RequestTimes, block_row, inflight_index,
 };
@@ -20,8 +20,7 @@ use fsprof_common::{
 use crate::common::{btf_read, conf, entry_or_lost, hist_add_row, lost, now, ran, row_at};
 
 #[map]
-static BLOCK: PerCpuHashMap<BlockKey, BlockStats> =
-    PerCpuHashMap::with_max_entries(MAX_BLOCK_KEYS, 0);
+static BLOCK: HashMap<CpuKey<BlockKey>, BlockStats> = HashMap::with_max_entries(MAX_BLOCK_KEYS, 0);
 
 /// Statistics of the devices with a slot, by `slot * BLOCK_CLASSES + class`.
 #[map]
@@ -147,7 +146,7 @@ fn stats(dev: u32, slot: u32, class: u32) -> Option<*mut BlockStats> {
         return BLOCK_SLOTS.get_ptr_mut(slot * BLOCK_CLASSES + class);
     }
     let key = BlockKey { dev, class };
-    entry_or_lost(&BLOCK, &key, Lost::BlockKeysFull)
+    entry_or_lost(&BLOCK, key, Lost::BlockKeysFull)
 }
 
 /// Adds `value` to block histogram `kind` of a device and class.

@@ -2,12 +2,14 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray},
 };
 use fsprof_common::{
-    COUNTERS, Counter, DenseHist, FOLLOW_HINT_SHARED, FOLLOW_HINT_SLOTS, HistKey, HistKind,
+    COUNTERS, Counter, CpuKey, DenseHist, FOLLOW_HINT_SHARED, FOLLOW_HINT_SLOTS, HistKey, HistKind,
     LOST_KINDS, Lost, MAX_DENSE_ROWS, MAX_HIST_ENTRIES, MAX_TASKS, NO_ROW, OnCpuTask, PROGRAMS,
     ProbeConfig, Program, TaskState, follow_hint_join, follow_hint_slot,
     hist::{BUCKETS, bucket_of},
@@ -143,7 +145,7 @@ pub unsafe fn adopt_current(c: *mut OnCpuTask) -> bool {
 #[map]
 // Preallocated: with BPF_F_NO_PREALLOC an insert can fail transiently when the kernel's
 // per-CPU element cache is empty, which would lose samples for no good reason.
-static HISTS: PerCpuHashMap<HistKey, u64> = PerCpuHashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
+static HISTS: HashMap<CpuKey<HistKey>, u64> = HashMap::with_max_entries(MAX_HIST_ENTRIES, 0);
 
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_KINDS, 0);
@@ -230,23 +232,27 @@ pub fn read_kernel<T>(base: u64, offset: u32) -> Option<T> {
     }
 }
 
-/// Pointer to the value for `key` in a per-CPU hash, creating it zeroed when absent;
-/// None when the map is full.
+/// Pointer to this CPU's value for `key` in a CPU-keyed hash (see `CpuKey`), creating it
+/// zeroed when absent; None when the map is full.
 #[inline(always)]
-pub fn entry<K, V: Default>(map: &PerCpuHashMap<K, V>, key: &K) -> Option<*mut V> {
-    if let Some(p) = map.get_ptr_mut(key) {
+pub fn entry<K, V: Default>(map: &HashMap<CpuKey<K>, V>, key: K) -> Option<*mut V> {
+    let key = CpuKey {
+        key,
+        cpu: unsafe { bpf_get_smp_processor_id() },
+    };
+    if let Some(p) = map.get_ptr_mut(&key) {
         return Some(p);
     }
-    // Another CPU may win the race to create it; then the lookup below finds it.
-    let _ = map.insert(key, V::default(), BPF_NOEXIST as u64);
-    map.get_ptr_mut(key)
+    // Only this CPU writes this key; a full map fails the insert and the lookup.
+    let _ = map.insert(&key, &V::default(), BPF_NOEXIST as u64);
+    map.get_ptr_mut(&key)
 }
 
 /// `entry`, counting a full map as `full`.
 #[inline(always)]
 pub fn entry_or_lost<K, V: Default>(
-    map: &PerCpuHashMap<K, V>,
-    key: &K,
+    map: &HashMap<CpuKey<K>, V>,
+    key: K,
     full: Lost,
 ) -> Option<*mut V> {
     let p = entry(map, key);
@@ -295,7 +301,7 @@ pub fn hist_add(kind: HistKind, class: u32, id: u32, value: u64) {
         id,
         bucket: bucket_of(value),
     };
-    if let Some(p) = entry_or_lost(&HISTS, &key, Lost::HistFull) {
+    if let Some(p) = entry_or_lost(&HISTS, key, Lost::HistFull) {
         unsafe { *p += 1 };
     }
 }

@@ -9,12 +9,13 @@ use aya_ebpf::{
     bindings::{BPF_NOEXIST, task_struct},
     helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_get_smp_processor_id, generated},
     macros::{map, perf_event},
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, LruHashMap, PerCpuArray},
     programs::PerfEventContext,
 };
 use fsprof_common::{
-    Counter, MAX_SAMPLED_THREADS, MAX_STACK_WEIGHTS, MAX_STACKS, MAX_WAKE_WEIGHTS, PF_KTHREAD,
-    Program, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserStackKey, WakeKey, Weight, WeightKey,
+    Counter, CpuKey, MAX_SAMPLED_THREADS, MAX_STACK_WEIGHTS, MAX_STACKS, MAX_WAKE_WEIGHTS,
+    PF_KTHREAD, Program, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserStackKey, WakeKey,
+    Weight, WeightKey,
 };
 
 use crate::{
@@ -31,15 +32,15 @@ static STACK_IDS: HashMap<StackKey, u32> = HashMap::with_max_entries(MAX_STACKS,
 static USER_STACK_IDS: HashMap<UserStackKey, u32> = HashMap::with_max_entries(MAX_STACKS, 0);
 
 #[map]
-static STACK_WEIGHTS: PerCpuHashMap<WeightKey, Weight> =
-    PerCpuHashMap::with_max_entries(MAX_STACK_WEIGHTS, 0);
+static STACK_WEIGHTS: HashMap<CpuKey<WeightKey>, Weight> =
+    HashMap::with_max_entries(MAX_STACK_WEIGHTS, 0);
 
 /// Ids handed out on this CPU. Ids are `cpu << 20 | sequence`: no atomics needed (the BPF
 /// core has none), and the two capturing contexts cannot interleave on one CPU (sched_switch
 /// runs with interrupts off, the sampler in the timer interrupt).
 #[map]
-static WAKE_WEIGHTS: PerCpuHashMap<WakeKey, Weight> =
-    PerCpuHashMap::with_max_entries(MAX_WAKE_WEIGHTS, 0);
+static WAKE_WEIGHTS: HashMap<CpuKey<WakeKey>, Weight> =
+    HashMap::with_max_entries(MAX_WAKE_WEIGHTS, 0);
 
 #[map]
 static STACK_SEQ: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
@@ -185,7 +186,7 @@ pub fn task_key(task: *mut task_struct, user: u32) -> Option<*mut StackKey> {
 /// Adds `ns` over `n` off-CPU phases (or one on-CPU sample) to (stack, class).
 #[inline(always)]
 pub fn add_weight(stack: u32, class: u32, ns: u64, n: u32) {
-    match entry(&STACK_WEIGHTS, &WeightKey { stack, class }) {
+    match entry(&STACK_WEIGHTS, WeightKey { stack, class }) {
         Some(p) => unsafe {
             (*p).ns += ns;
             (*p).count += n as u64;
@@ -210,7 +211,7 @@ pub fn add_wake(waker: u32, blocked: u32, class: u32, ns: u64, n: u32) {
         class,
         _pad: 0,
     };
-    match entry(&WAKE_WEIGHTS, &key) {
+    match entry(&WAKE_WEIGHTS, key) {
         Some(p) => unsafe {
             (*p).ns += ns;
             (*p).count += n as u64;

@@ -5,7 +5,7 @@ use fsprof_common::MapName;
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
 use anyhow::{Result, bail};
-use aya::maps::{HashMap, Map, PerCpuArray, PerCpuHashMap};
+use aya::maps::{HashMap, Map, PerCpuArray};
 use fsprof_common::{
     BLOCK_CLASSES, BlockClass, BlockKey, BlockStats, HistKind, MAX_INFLIGHT_SLOTS, RequestTimes,
     kdev,
@@ -104,12 +104,9 @@ pub fn collect(
 fn stats(probes: &Probes) -> Result<BTreeMap<(u32, u32), BlockStats>> {
     let ebpf = &probes.ebpf;
     let mut blocks: BTreeMap<(u32, u32), BlockStats> = BTreeMap::new();
-    let hashed: PerCpuHashMap<_, BlockKey, BlockStats> =
-        PerCpuHashMap::try_from(crate::probes::map(ebpf, MapName::Block)?)?;
-    for item in hashed.iter() {
-        let (k, v) = item?;
+    for (k, v) in crate::probes::cpu_keyed::<BlockKey, BlockStats>(ebpf, MapName::Block)? {
         let e = blocks.entry((k.dev, k.class)).or_default();
-        *e = add(*e, &sum(&v, add));
+        *e = add(*e, &v);
     }
     let slotted: PerCpuArray<_, BlockStats> =
         PerCpuArray::try_from(crate::probes::map(ebpf, MapName::BlockSlots)?)?;

@@ -21,7 +21,7 @@ use fsprof_common::MapName;
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
 use anyhow::Result;
-use aya::maps::{PerCpuArray, PerCpuHashMap, PerCpuValues};
+use aya::maps::{PerCpuArray, PerCpuValues};
 use fsprof_common::{COUNTERS, Counter, DenseHist, HistKey, HistKind, Lost};
 use serde::{Deserialize, Serialize};
 
@@ -88,12 +88,8 @@ pub(crate) use crate::probes::dense::HistId;
 pub use block::BlockRow;
 
 fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
-    let map: PerCpuHashMap<_, HistKey, u64> =
-        PerCpuHashMap::try_from(crate::probes::map(&probes.ebpf, MapName::Hists)?)?;
     let mut out: StdHashMap<HistId, Vec<(u32, u64)>> = StdHashMap::new();
-    for item in map.iter() {
-        let (k, v) = item?;
-        let n: u64 = v.iter().sum();
+    for (k, n) in crate::probes::cpu_keyed::<HistKey, u64>(&probes.ebpf, MapName::Hists)? {
         out.entry((k.kind, k.class, k.id))
             .or_default()
             .push((k.bucket, n));

@@ -6,7 +6,7 @@ use fsprof_common::MapName;
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
 use anyhow::Result;
-use aya::maps::{HashMap, PerCpuArray, PerCpuHashMap};
+use aya::maps::{HashMap, PerCpuArray};
 use fsprof_common::{
     Counter, STACK_CLASS_BACKGROUND, StackKey, TimeClass, UserStackKey, WakeKey, Weight, WeightKey,
     unwind::{FileKey, ImageKey, ProcessMappings, StackEnd},
@@ -466,16 +466,11 @@ fn read_weights(
     ebpf: &aya::Ebpf,
     open: &[OpenInterval],
 ) -> Result<BTreeMap<(u32, u32), (u64, u64)>> {
-    let weights: PerCpuHashMap<_, WeightKey, Weight> =
-        PerCpuHashMap::try_from(crate::probes::map(ebpf, MapName::StackWeights)?)?;
     let mut w: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
-    for item in weights.iter() {
-        let (k, v) = item?;
+    for (k, x) in crate::probes::cpu_keyed::<WeightKey, Weight>(ebpf, MapName::StackWeights)? {
         let e = w.entry((k.stack, k.class)).or_default();
-        for x in v.iter() {
-            e.0 += x.ns;
-            e.1 += x.count;
-        }
+        e.0 += x.ns;
+        e.1 += x.count;
     }
     for &(stack, class, ns) in open {
         let e = w.entry((stack, class)).or_default();
@@ -513,18 +508,13 @@ fn read_counters(ebpf: &aya::Ebpf, stacks: &mut Stacks) -> Result<()> {
 
 /// (wake edge, ns, count) summed over CPUs.
 fn read_wakes(ebpf: &aya::Ebpf) -> Result<Vec<(WakeKey, u64, u64)>> {
-    let wake_weights: PerCpuHashMap<_, WakeKey, Weight> =
-        PerCpuHashMap::try_from(crate::probes::map(ebpf, MapName::WakeWeights)?)?;
-    let mut wakes: Vec<(WakeKey, u64, u64)> = Vec::new();
-    for item in wake_weights.iter() {
-        let (k, v) = item?;
-        wakes.push((
-            k,
-            v.iter().map(|x| x.ns).sum(),
-            v.iter().map(|x| x.count).sum(),
-        ));
+    let mut wakes: std::collections::HashMap<WakeKey, (u64, u64)> = Default::default();
+    for (k, x) in crate::probes::cpu_keyed::<WakeKey, Weight>(ebpf, MapName::WakeWeights)? {
+        let e = wakes.entry(k).or_default();
+        e.0 += x.ns;
+        e.1 += x.count;
     }
-    Ok(wakes)
+    Ok(wakes.into_iter().map(|(k, (ns, n))| (k, ns, n)).collect())
 }
 
 /// Files a resolved stack as the target's, background work (a kernel thread's for the

@@ -193,6 +193,26 @@ pub(crate) fn map(ebpf: &Ebpf, m: MapName) -> Result<&aya::maps::Map> {
         .with_context(|| format!("map {} missing from the eBPF object", m.name()))
 }
 
+/// Every entry of CPU-keyed map `m` (see fsprof_common::CpuKey): one per key and CPU that
+/// added to it, the CPU dropped; callers sum.
+pub(crate) fn cpu_keyed<K, V: aya::Pod>(ebpf: &Ebpf, m: MapName) -> Result<Vec<(K, V)>>
+where
+    fsprof_common::CpuKey<K>: aya::Pod,
+{
+    let hash: HashMap<_, fsprof_common::CpuKey<K>, V> = HashMap::try_from(map(ebpf, m)?)?;
+    hash.iter()
+        .map(|item| Ok(item.map(|(k, v)| (k.key, v))?))
+        .collect()
+}
+
+/// CPU-keyed maps and their room per CPU; created with room for up to CPU_KEYED_CPUS CPUs.
+const CPU_KEYED: [(MapName, u32); 4] = [
+    (MapName::Hists, fsprof_common::MAX_HIST_ENTRIES),
+    (MapName::StackWeights, fsprof_common::MAX_STACK_WEIGHTS),
+    (MapName::WakeWeights, fsprof_common::MAX_WAKE_WEIGHTS),
+    (MapName::Block, fsprof_common::MAX_BLOCK_KEYS),
+];
+
 /// Map `m` of the loaded object, to write.
 pub(crate) fn map_mut(ebpf: &mut Ebpf, m: MapName) -> Result<&mut aya::maps::Map> {
     ebpf.map_mut(m.name())
@@ -246,11 +266,16 @@ fn fixed_fs_dev(t: &FsTarget) -> Option<u32> {
     }
 }
 
+/// CPUs the kernel may run (per-CPU maps have a value for each).
+fn possible_cpus() -> Result<usize> {
+    aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))
+}
+
 /// Where the dense histogram rows and block slots go. Filtered: the named devices, each
 /// with a slot while they last; else the disks present now get the slots and any other
 /// device is counted in the hashes.
 fn dense_layout(opts: &ProbeOptions) -> Result<dense::DenseLayout> {
-    let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+    let cpus = possible_cpus()?;
     let slot_candidates = if opts.devices.is_empty() {
         dense::present_disks()
     } else {
@@ -282,7 +307,12 @@ fn load_object(
     config.rows_off_cpu = dense.off_cpu;
     config.rows_fs_pairs = dense.fs_pairs;
     config.rows_block = dense.block;
-    let mut ebpf = EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    let cpus = (possible_cpus()? as u32).clamp(1, fsprof_common::CPU_KEYED_CPUS);
+    for (m, room) in CPU_KEYED {
+        loader.map_max_entries(m.name(), room * cpus);
+    }
+    let mut ebpf = loader
         .btf(Some(btf::aya_kernel()?))
         .override_global("CONFIG", &config, true)
         .map_max_entries(MapName::DenseHists.name(), dense.rows.len().max(1) as u32)
