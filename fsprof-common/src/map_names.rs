@@ -23,6 +23,7 @@ pub enum MapName {
     Inflight,
     KeyScratch,
     LastWatched,
+    Lookups,
     Lost,
     NoMappings,
     OnCpu,

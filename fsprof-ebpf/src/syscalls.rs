@@ -107,7 +107,7 @@ pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
     let latency = now().saturating_sub(start);
     let ret = ctx.arg::<i64>(1);
     if nr == SYS_MMAP && ret > 0 && unwind::on() {
-        unwind::learn_mapping(current_tgid(), ret as u64);
+        unwind::learn_mapping(SLOT_SYSCALL, current_tgid(), ret as u64);
     }
     if nr >= MAX_SYSCALLS {
         lost(Lost::SyscallOutOfRange);
@@ -144,10 +144,10 @@ pub fn sched_process_exec(_ctx: RawTracePointContext) -> i32 {
             let tgid = current_tgid();
             unwind::exec_seen(tgid);
             if let Some(pc) = unwind::user_pc() {
-                unwind::learn_mapping(tgid, pc);
+                unwind::learn_mapping(SLOT_SYSCALL, tgid, pc);
             }
             if let Some(text) = unwind::program_text() {
-                unwind::learn_mapping(tgid, text);
+                unwind::learn_mapping(SLOT_SYSCALL, tgid, text);
             }
         }
         if let Some(c) = on_cpu()

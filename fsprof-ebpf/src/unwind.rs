@@ -92,7 +92,23 @@ struct Walk {
     /// Whether `map`'s file has an entry in UNWIND_FILES (a table, or none to be had).
     loaded: u32,
     _pad: u32,
+    /// When the walk began, and a word read from the kernel on its way to a field.
+    t0: u64,
+    scratch: u64,
 }
+
+/// A mapping lookup's scan and bpf_find_vma's answer, per slot. Off the BPF stack, whose
+/// frames the walk shares with every caller's (see `walk`), and out of the walk record: the
+/// walk holds that as `&mut`, and the compiler may then assume the callbacks' writes to it
+/// never happened (it did: every lookup came back empty).
+#[repr(C)]
+struct Lookup {
+    scan: Scan,
+    vma: VmaInfo,
+}
+
+#[map]
+static LOOKUPS: PerCpuArray<Lookup> = PerCpuArray::with_max_entries(SLOTS, 0);
 
 #[map]
 static WALKS: PerCpuArray<Walk> = PerCpuArray::with_max_entries(SLOTS, 0);
@@ -106,6 +122,7 @@ const REGS_SP: u32 = 152;
 
 /// What bpf_find_vma's callback reads out of the vma.
 #[repr(C)]
+#[derive(Default)]
 struct VmaInfo {
     start: u64,
     end: u64,
@@ -119,34 +136,57 @@ struct VmaInfo {
 /// None when there is no user context.
 #[inline(always)]
 pub fn user_stack(slot: u32, tgid: u32) -> Option<*const UserStackKey> {
-    let image = current_image(tgid)?;
-    let task_btf = unsafe { generated::bpf_get_current_task_btf() };
-    let regs = unsafe { generated::bpf_task_pt_regs(task_btf) } as u64;
-    let pc = read_kernel::<u64>(regs, REGS_IP)?;
-    if pc == 0 || pc >= 1 << 47 {
-        return None; // a kernel thread, or no user state
+    if walk_user_stack(slot, tgid) == 0 {
+        return None;
     }
+    USER_KEYS.get_ptr(slot)
+}
+
+/// `user_stack`'s walk, a global BPF function: the verifier checks it once per program,
+/// apart from its callers' states (inlined, it was walked again per caller state: 134 of
+/// sched_switch's 165 ms of verification). 1 when USER_KEYS[slot] holds the stack.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn walk_user_stack(slot: u32, tgid: u32) -> u32 {
+    walk(slot, tgid).is_some() as u32
+}
+
+/// The walk. Its stack frame counts in 6.1's 512 bytes under every caller's (see
+/// fsprof::probes::frames), so what it reads goes straight into the walk record, held by a
+/// raw pointer: the frame callbacks write the record too (a `&mut` would let the compiler
+/// assume they do not).
+#[inline(always)]
+fn walk(slot: u32, tgid: u32) -> Option<()> {
     let key = USER_KEYS.get_ptr_mut(slot)?;
     let w = WALKS.get_ptr_mut(slot)?;
-    let t0 = now();
+    let task = unsafe { bpf_get_current_task() };
+    let task_btf = unsafe { generated::bpf_get_current_task_btf() };
+    let regs = unsafe { generated::bpf_task_pt_regs(task_btf) } as u64;
     unsafe {
-        (*key).tgid = tgid;
-        (*key).exec_id = image.exec_id;
-        (*key).user = [0; USTACK_DEPTH];
-        (*w).pc = pc;
-        (*w).sp = read_kernel::<u64>(regs, REGS_SP)?;
-        (*w).bp = read_kernel::<u64>(regs, REGS_BP)?;
+        read_into(&mut (*w).scratch, task, conf!(task_exec_id))?;
+        (*w).image = ImageKey {
+            tgid,
+            exec_id: (*w).scratch as u32,
+        };
+        read_into(&mut (*w).pc, regs, REGS_IP)?;
+        if (*w).pc == 0 || (*w).pc >= 1 << 47 {
+            return None; // a kernel thread, or no user state
+        }
+        read_into(&mut (*w).sp, regs, REGS_SP)?;
+        read_into(&mut (*w).bp, regs, REGS_BP)?;
+        (*w).t0 = now();
         (*w).n = 0;
         (*w).done = 0;
-        (*w).image = image;
         (*w).map = Mapping::default();
         (*w).loaded = 0;
-    }
-    // A thread past exit_mm has registers but no user memory: nothing to unwind.
-    let task = unsafe { bpf_get_current_task() };
-    if read_kernel::<u64>(task, conf!(task_mm)).unwrap_or(0) == 0 {
-        unsafe { end_with(w, key, StackEnd::NoUserCode) };
-        return Some(key);
+        (*key).tgid = tgid;
+        (*key).exec_id = (*w).image.exec_id;
+        (*key).user = [0; USTACK_DEPTH];
+        // A thread past exit_mm has registers but no user memory: nothing to unwind.
+        if read_into(&mut (*w).scratch, task, conf!(task_mm)).is_none() || (*w).scratch == 0 {
+            end_with(w, key, StackEnd::NoUserCode);
+            return Some(());
+        }
     }
     let depth = conf!(user_depth).min(USTACK_DEPTH as u32);
     let mut ctx = slot as u64;
@@ -162,9 +202,22 @@ pub fn user_stack(slot: u32, tgid: u32) -> Option<*const UserStackKey> {
         }
         count(Counter::UserStacksUnwound);
         count_n(Counter::UserFramesUnwound, u64::from((*w).n));
-        count_n(Counter::UserUnwindNs, now().saturating_sub(t0));
+        count_n(Counter::UserUnwindNs, now().saturating_sub((*w).t0));
     }
-    Some(key)
+    Some(())
+}
+
+/// Reads the u64 at kernel address `base + offset` into `dst` (map memory, not the stack).
+#[inline(always)]
+fn read_into(dst: &mut u64, base: u64, offset: u32) -> Option<()> {
+    let ret = unsafe {
+        generated::bpf_probe_read_kernel(
+            (dst as *mut u64).cast(),
+            8,
+            (base + u64::from(offset)) as *const c_void,
+        )
+    };
+    (base != 0 && ret == 0).then_some(())
 }
 
 /// Process `tgid` has exec'd: userspace loads its program's and libraries' tables.
@@ -199,7 +252,7 @@ unsafe extern "C" fn step(index: u32, ctx: *mut c_void) -> i64 {
     let (Some(w), Some(key)) = (WALKS.get_ptr_mut(slot), USER_KEYS.get_ptr_mut(slot)) else {
         return 1;
     };
-    match unsafe { frame(w, key, index) } {
+    match unsafe { frame(w, key, slot, index) } {
         Ok(true) => 0,
         Ok(false) => {
             unsafe { (*w).done = 1 };
@@ -214,11 +267,16 @@ unsafe extern "C" fn step(index: u32, ctx: *mut c_void) -> i64 {
 
 /// Ok(true): the caller's registers are in `w`; Ok(false): this was the outermost frame.
 #[inline(always)]
-unsafe fn frame(w: *mut Walk, key: *mut UserStackKey, index: u32) -> Result<bool, StackEnd> {
+unsafe fn frame(
+    w: *mut Walk,
+    key: *mut UserStackKey,
+    slot: u32,
+    index: u32,
+) -> Result<bool, StackEnd> {
     let w = unsafe { &mut *w };
     let pc = w.pc;
     if !(w.map.start <= pc && pc < w.map.end) {
-        find_mapping(w, pc)?;
+        find_mapping(w, slot, pc)?;
     }
     let n = w.n as usize;
     if n >= USTACK_DEPTH {
@@ -314,8 +372,8 @@ unsafe extern "C" fn halve(_index: u32, ctx: *mut c_void) -> i64 {
 /// Makes the mapping that holds `pc` the walk's. At the leaf, a pc in no mapping is not a
 /// stack at all: the thread is between two programs (execve) or jumped nowhere.
 #[inline(always)]
-fn find_mapping(w: &mut Walk, pc: u64) -> Result<(), StackEnd> {
-    let map = match lookup(w.image, pc) {
+fn find_mapping(w: &mut Walk, slot: u32, pc: u64) -> Result<(), StackEnd> {
+    let map = match lookup(slot, w.image, pc) {
         Err(StackEnd::Unmapped) if w.n == 0 => return Err(StackEnd::NoUserCode),
         m => m?,
     };
@@ -325,42 +383,41 @@ fn find_mapping(w: &mut Walk, pc: u64) -> Result<(), StackEnd> {
 }
 
 /// The code mapping that holds `pc` in process image `image`: remembered, or looked up
-/// (and remembered).
+/// (and remembered); `slot`'s lookup record holds the search.
 #[inline(always)]
-fn lookup(image: ImageKey, pc: u64) -> Result<Mapping, StackEnd> {
-    let mut scan = Scan {
-        image,
-        pc,
-        found: PROCESS_MAPPINGS as u32,
-        _pad: 0,
-    };
+fn lookup(slot: u32, image: ImageKey, pc: u64) -> Result<Mapping, StackEnd> {
+    let l = LOOKUPS.get_ptr_mut(slot).ok_or(StackEnd::Unmapped)?;
+    unsafe {
+        (*l).scan = Scan {
+            image,
+            pc,
+            found: PROCESS_MAPPINGS as u32,
+            _pad: 0,
+        };
+    }
+    let mut ctx = slot as u64;
     unsafe {
         generated::bpf_loop(
             PROCESS_MAPPINGS as u32,
             scan_step as *mut c_void,
-            (&mut scan as *mut Scan).cast(),
+            (&mut ctx as *mut u64).cast(),
             0,
         );
     }
-    if (scan.found as usize) < PROCESS_MAPPINGS
+    let found = unsafe { (*l).scan.found } as usize;
+    if found < PROCESS_MAPPINGS
         && let Some(m) = unsafe { USER_MAPPINGS.get(&image) }
     {
-        return Ok(m.maps[scan.found as usize & (PROCESS_MAPPINGS - 1)]);
+        return Ok(m.maps[found & (PROCESS_MAPPINGS - 1)]);
     }
-    let mut vma = VmaInfo {
-        start: 0,
-        end: 0,
-        flags: 0,
-        pgoff: 0,
-        file: FileKey::default(),
-    };
+    unsafe { (*l).vma = VmaInfo::default() };
     let task = unsafe { generated::bpf_get_current_task_btf() };
     let ret = unsafe {
         generated::bpf_find_vma(
             task,
             pc,
             vma_found as *mut c_void,
-            (&mut vma as *mut VmaInfo).cast(),
+            (&mut ctx as *mut u64).cast(),
             0,
         )
     };
@@ -369,14 +426,15 @@ fn lookup(image: ImageKey, pc: u64) -> Result<Mapping, StackEnd> {
         -16 => return Err(StackEnd::LookupBusy), // EBUSY
         _ => return Err(StackEnd::Unmapped),
     }
-    if vma.flags & VM_EXEC == 0 || vma.end <= pc {
+    let v = unsafe { &(*l).vma };
+    if v.flags & VM_EXEC == 0 || v.end <= pc {
         return Err(StackEnd::Unmapped);
     }
     let map = Mapping {
-        start: vma.start,
-        end: vma.end,
-        offset: vma.pgoff << 12,
-        file: vma.file,
+        start: v.start,
+        end: v.end,
+        offset: v.pgoff << 12,
+        file: v.file,
     };
     remember(image, map);
     Ok(map)
@@ -395,7 +453,11 @@ struct Scan {
 /// One remembered mapping; 1 when found (or there are none). In bpf_loop, as the halving:
 /// a plain loop of 32 inside the frame step made loading take ~0.2 s of verification.
 unsafe extern "C" fn scan_step(i: u32, ctx: *mut c_void) -> i64 {
-    let scan = unsafe { &mut *(ctx as *mut Scan) };
+    let slot = unsafe { *(ctx as *const u64) } as u32;
+    let Some(l) = LOOKUPS.get_ptr_mut(slot) else {
+        return 1;
+    };
+    let scan = unsafe { &mut (*l).scan };
     let Some(m) = (unsafe { USER_MAPPINGS.get(&scan.image) }) else {
         return 1;
     };
@@ -421,9 +483,9 @@ fn current_image(tgid: u32) -> Option<ImageKey> {
 /// and its table loaded: called where interrupts are on, at an mmap's return (the loader
 /// mapping a library) and at exec (the program and the loader, which the kernel maps).
 #[inline(always)]
-pub fn learn_mapping(tgid: u32, addr: u64) {
+pub fn learn_mapping(slot: u32, tgid: u32, addr: u64) {
     if let Some(image) = current_image(tgid)
-        && let Ok(map) = lookup(image, addr)
+        && let Ok(map) = lookup(slot, image, addr)
     {
         table_of(image, &map);
     }
@@ -494,7 +556,11 @@ fn table_of(image: ImageKey, map: &Mapping) -> (FileTable, u32) {
 
 /// bpf_find_vma's callback: the vma's range, flags and file.
 unsafe extern "C" fn vma_found(_task: *mut task_struct, vma: *mut c_void, ctx: *mut c_void) -> i64 {
-    let info = unsafe { &mut *(ctx as *mut VmaInfo) };
+    let slot = unsafe { *(ctx as *const u64) } as u32;
+    let Some(l) = LOOKUPS.get_ptr_mut(slot) else {
+        return 0;
+    };
+    let info = unsafe { &mut (*l).vma };
     let vma = vma as u64;
     info.start = read_kernel::<u64>(vma, conf!(vma_start)).unwrap_or(0);
     info.end = read_kernel::<u64>(vma, conf!(vma_end)).unwrap_or(0);
