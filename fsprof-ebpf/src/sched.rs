@@ -9,7 +9,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use fsprof_common::{
-    Counter, EXEC_UNKNOWN, HistKind, Lost, Program, TIME_CLASSES, TaskState, TimeClass, TimeStats,
+    Counter, EXEC_UNKNOWN, HistKind, Lost, OnCpuTask, Program, TIME_CLASSES, TaskState, TimeClass,
+    TimeStats,
     config::{TASK_DEAD, TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE},
 };
 
@@ -128,76 +129,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let mut ts = 0;
     if let Some(t) = followed(prev_tid) {
         ts = now();
-        // Its syscall in flight (if any) moves from this CPU to the thread. Plain integers,
-        // not an Option: LLVM loads an Option's payload before testing it, and verifiers
-        // before 6.4-ish reject that read of an unwritten stack slot.
-        let (mut in_syscall, mut cached_ustack) = (false, 0u32);
-        if let Some(c) = cpu
-            && unsafe { (*c).tid } == prev_tid
-        {
-            unsafe {
-                (*t).sc_nr = (*c).sc_nr;
-                (*t).sc_start = (*c).sc_start;
-                if (*c).sc_start != 0 {
-                    in_syscall = true;
-                    cached_ustack = (*c).ustack;
-                }
-            }
-        }
-        let preempt = ctx.arg::<u64>(0) & 1 != 0;
-        let prev = ctx.arg::<u64>(1);
-        let state = ctx.arg::<u64>(3) as u32;
-        unsafe {
-            let exec = btf_read::<u64>(ctx.arg::<*const u8>(1), conf!(task_sum_exec));
-            if (*t).on_since != 0 {
-                close_on_cpu(t, ts, exec);
-            } else if (*t).off_since != 0 {
-                switch_in_unseen(t, ts, exec);
-            }
-            // It does not move until the next switch-in, seen or not.
-            (*t).exec_in = exec;
-        }
-        let stacks = conf!(stacks) != 0;
-        let period = conf!(off_cpu_period_ns);
-        // Back in its own context: a stack picked at the last switch-in takes its user half;
-        // inside a syscall, a new one waits until a stack is picked (the thread's next
-        // switch-out or syscall exit takes it). One call site: the unwinder is big, and the
-        // verifier walks it once per site.
-        let mut user = cached_ustack;
-        let awaiting = stacks && unsafe { offcpu::awaiting(t) };
-        if stacks && user == 0 && state & TASK_DEAD == 0 && (awaiting || !in_syscall || period == 0)
-        {
-            user = capture_user(SLOT_SCHED, current_tgid());
-        }
-        if awaiting {
-            unsafe { offcpu::complete(t, prev_tid, user) };
-        }
-        if state & TASK_DEAD != 0 {
-            unsafe {
-                if (*t).sc_start != 0 {
-                    count(Counter::SyscallsUnfinished);
-                }
-                if stacks {
-                    offcpu::flush(t, prev_tid);
-                }
-            }
-            unfollow(prev_tid);
-            count(Counter::TasksExited);
-        } else {
-            unsafe {
-                // Kept for the next episode of the same syscall only.
-                (*t).ustack = if in_syscall { user } else { 0 };
-                (*t).ep_user = user;
-                (*t).ep_in_syscall = in_syscall as u32;
-                (*t).ep_stack = if stacks && period == 0 {
-                    capture(ctx.as_ptr(), SLOT_SCHED, false, user)
-                } else {
-                    0
-                };
-                (*t).off_since = ts;
-                (*t).off_class = off_class(preempt, state, prev) as u32;
-            }
-        }
+        unsafe { switch_out(&ctx, t, prev_tid, cpu, ts) };
     }
     let Some(c) = cpu else {
         return 0;
@@ -212,22 +144,127 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         if ts == 0 {
             ts = now();
         }
-        unsafe {
-            let ended = match close_phase(t, ts) {
-                Some((class, ns)) if conf!(stacks) != 0 => {
-                    offcpu::pick(t, class, ns).map(|(w, n)| (class, w, n))
-                }
-                _ => None,
-            };
-            let task = ctx.arg::<*mut task_struct>(2);
-            (*c).await_user = offcpu::switch_in(t, next_tid, task, ended) as u32;
-            (*t).on_since = ts;
-            (*t).exec_in = btf_read::<u64>(task.cast(), conf!(task_sum_exec));
-            // ... and back to the CPU it runs on now.
-            run_here(c, next_tid, t);
-        }
+        unsafe { switch_in(&ctx, t, next_tid, c, ts) };
     }
     0
+}
+
+/// Followed thread `t` (`tid`) leaves the CPU at `ts`: its on-CPU time ends, its syscall
+/// in flight and user stack go with it, and it dies or starts an off-CPU phase.
+#[inline(always)]
+unsafe fn switch_out(
+    ctx: &BtfTracePointContext,
+    t: *mut TaskState,
+    tid: u32,
+    cpu: Option<*mut OnCpuTask>,
+    ts: u64,
+) {
+    let (in_syscall, cached_ustack) = unsafe { take_syscall(t, tid, cpu) };
+    let state = ctx.arg::<u64>(3) as u32;
+    unsafe {
+        let exec = btf_read::<u64>(ctx.arg::<*const u8>(1), conf!(task_sum_exec));
+        if (*t).on_since != 0 {
+            close_on_cpu(t, ts, exec);
+        } else if (*t).off_since != 0 {
+            switch_in_unseen(t, ts, exec);
+        }
+        // It does not move until the next switch-in, seen or not.
+        (*t).exec_in = exec;
+    }
+    let stacks = conf!(stacks) != 0;
+    let period = conf!(off_cpu_period_ns);
+    // Back in its own context: a stack picked at the last switch-in takes its user half;
+    // inside a syscall, a new one waits until a stack is picked (the thread's next
+    // switch-out or syscall exit takes it). One call site: the unwinder is big.
+    let mut user = cached_ustack;
+    let awaiting = stacks && unsafe { offcpu::awaiting(t) };
+    if stacks && user == 0 && state & TASK_DEAD == 0 && (awaiting || !in_syscall || period == 0) {
+        user = capture_user(SLOT_SCHED, current_tgid());
+    }
+    if awaiting {
+        unsafe { offcpu::complete(t, tid, user) };
+    }
+    if state & TASK_DEAD != 0 {
+        unsafe { exited(t, tid, stacks) };
+        return;
+    }
+    unsafe {
+        // Kept for the next episode of the same syscall only.
+        (*t).ustack = if in_syscall { user } else { 0 };
+        (*t).ep_user = user;
+        (*t).ep_in_syscall = in_syscall as u32;
+        (*t).ep_stack = if stacks && period == 0 {
+            capture(ctx.as_ptr(), SLOT_SCHED, false, user)
+        } else {
+            0
+        };
+        (*t).off_since = ts;
+        let preempt = ctx.arg::<u64>(0) & 1 != 0;
+        (*t).off_class = off_class(preempt, state, ctx.arg::<u64>(1)) as u32;
+    }
+}
+
+/// The syscall in flight on this CPU (if any, and `tid`'s) moves from the CPU to thread `t`:
+/// whether there is one, and its cached user stack. Plain integers, not an Option: LLVM
+/// loads an Option's payload before testing it, and verifiers before 6.4-ish reject that
+/// read of an unwritten stack slot.
+#[inline(always)]
+unsafe fn take_syscall(t: *mut TaskState, tid: u32, cpu: Option<*mut OnCpuTask>) -> (bool, u32) {
+    let (mut in_syscall, mut cached_ustack) = (false, 0u32);
+    if let Some(c) = cpu
+        && unsafe { (*c).tid } == tid
+    {
+        unsafe {
+            (*t).sc_nr = (*c).sc_nr;
+            (*t).sc_start = (*c).sc_start;
+            if (*c).sc_start != 0 {
+                in_syscall = true;
+                cached_ustack = (*c).ustack;
+            }
+        }
+    }
+    (in_syscall, cached_ustack)
+}
+
+/// Followed thread `t` (`tid`) switched out for the last time.
+#[inline(always)]
+unsafe fn exited(t: *mut TaskState, tid: u32, stacks: bool) {
+    unsafe {
+        if (*t).sc_start != 0 {
+            count(Counter::SyscallsUnfinished);
+        }
+        if stacks {
+            offcpu::flush(t, tid);
+        }
+    }
+    unfollow(tid);
+    count(Counter::TasksExited);
+}
+
+/// Followed thread `t` (`tid`) gets CPU `c` at `ts`: its off-CPU phase ends (and picks a
+/// stack), its on-CPU time starts.
+#[inline(always)]
+unsafe fn switch_in(
+    ctx: &BtfTracePointContext,
+    t: *mut TaskState,
+    tid: u32,
+    c: *mut OnCpuTask,
+    ts: u64,
+) {
+    unsafe {
+        let ended = match close_phase(t, ts) {
+            Some((class, ns)) if conf!(stacks) != 0 => {
+                offcpu::pick(t, class, ns).map(|(w, n)| (class, w, n))
+            }
+            _ => None,
+        };
+        let task = ctx.arg::<*mut task_struct>(2);
+        (*c).await_user = offcpu::switch_in(t, tid, task, ended) as u32;
+        (*t).on_since = ts;
+        (*t).exec_in = btf_read::<u64>(task.cast(), conf!(task_sum_exec));
+        // ... and back to the CPU it runs on now.
+        run_here(c, tid, t);
+    }
 }
 
 // TP_PROTO(struct task_struct *p): a sleeper is being woken; from here on it waits for a

@@ -71,37 +71,13 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
     }
     // Everything the child needs is prepared before fork: after it, only
     // async-signal-safe calls.
-    let program = cstring(resolve_program(&argv[0])?.as_os_str().as_bytes())?;
-    let args: Vec<CString> = argv.iter().map(cstring).collect::<Result<_>>()?;
-    let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    arg_ptrs.push(std::ptr::null());
-    let dir = cwd.map(|d| cstring(d.as_os_str().as_bytes())).transpose()?;
-    // PWD follows the directory, as a shell's `cd` would leave it: a shell whose PWD names
-    // another directory asks getcwd(2) at start, a call the command itself did not make.
-    let env: Vec<CString> = std::env::vars_os()
-        .filter(|(k, _)| cwd.is_none() || k != "PWD")
-        .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
-        .chain(cwd.map(|d| [b"PWD=".as_slice(), d.as_os_str().as_bytes()].concat()))
-        .map(cstring)
-        .collect::<Result<_>>()?;
-    let mut env_ptrs: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
-    env_ptrs.push(std::ptr::null());
+    let exec = Exec::new(argv, cwd)?;
     let (hold_r, hold_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     // fsprof's signals stay blocked across the fork until the child has the default
     // handlers: one arriving in between kills the child as it would the command, instead
     // of running fsprof's handler in it.
-    // SAFETY: sigset_t is plain data (zeroes valid), then set by sigemptyset/sigaddset;
-    // pthread_sigmask gets pointers to these live locals.
-    let (mut ours, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe {
-        libc::sigemptyset(&mut ours);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut ours, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &ours, &mut old);
-    }
+    let old = block_signals();
     // SAFETY: the child only makes async-signal-safe calls on memory prepared before the
     // fork (no allocation, no locks) and ends in execv or _exit.
     let pid = unsafe { libc::fork() };
@@ -113,32 +89,11 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
         return Err(std::io::Error::last_os_error()).context("fork");
     }
     if pid == 0 {
-        let (hold_r, err_w) = (hold_r.as_raw_fd(), err_w.as_raw_fd());
-        // SAFETY: as above; the fds are open (the child's copies of the parent's).
+        // SAFETY: in the child, as above; the fds are open (copies of the parent's).
         unsafe {
             libc::close(hold_w.as_raw_fd());
             libc::close(err_r.as_raw_fd());
-            // Default dispositions: fsprof's handlers must not leak into the command.
-            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-            let mut b = 0u8;
-            // The parent closing without writing means it gave up: do not run the command.
-            if libc::read(hold_r, (&mut b as *mut u8).cast(), 1) != 1 {
-                libc::_exit(127);
-            }
-            if let Some(d) = &dir
-                && libc::chdir(d.as_ptr()) != 0
-            {
-                let e = *libc::__errno_location();
-                libc::write(err_w, (&e as *const i32).cast(), 4);
-                libc::_exit(127);
-            }
-            libc::execve(program.as_ptr(), arg_ptrs.as_ptr(), env_ptrs.as_ptr());
-            let e = *libc::__errno_location();
-            libc::write(err_w, (&e as *const i32).cast(), 4);
-            libc::_exit(127);
+            exec.in_child(&old, hold_r.as_raw_fd(), err_w.as_raw_fd())
         }
     }
     // The parent keeps the writing end of the hold pipe and the reading end of the error
@@ -150,6 +105,98 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
         exec_error: fs::File::from(err_r),
         argv0: argv[0].clone(),
     })
+}
+
+/// The command's program, arguments, environment and directory as execve and chdir take
+/// them (the pointer arrays point into the strings kept beside them).
+struct Exec {
+    program: CString,
+    _args: Vec<CString>,
+    arg_ptrs: Vec<*const libc::c_char>,
+    _env: Vec<CString>,
+    env_ptrs: Vec<*const libc::c_char>,
+    dir: Option<CString>,
+}
+
+impl Exec {
+    fn new(argv: &[String], cwd: Option<&Path>) -> Result<Exec> {
+        let program = cstring(resolve_program(&argv[0])?.as_os_str().as_bytes())?;
+        let args: Vec<CString> = argv.iter().map(cstring).collect::<Result<_>>()?;
+        // PWD follows the directory, as a shell's `cd` would leave it: a shell whose PWD
+        // names another directory asks getcwd(2) at start, a call the command did not make.
+        let env: Vec<CString> = std::env::vars_os()
+            .filter(|(k, _)| cwd.is_none() || k != "PWD")
+            .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+            .chain(cwd.map(|d| [b"PWD=".as_slice(), d.as_os_str().as_bytes()].concat()))
+            .map(cstring)
+            .collect::<Result<_>>()?;
+        let ptrs = |v: &[CString]| {
+            v.iter()
+                .map(|a| a.as_ptr())
+                .chain([std::ptr::null()])
+                .collect()
+        };
+        Ok(Exec {
+            program,
+            arg_ptrs: ptrs(&args),
+            _args: args,
+            env_ptrs: ptrs(&env),
+            _env: env,
+            dir: cwd.map(|d| cstring(d.as_os_str().as_bytes())).transpose()?,
+        })
+    }
+
+    /// The child's side: default signals, wait for the release on `hold_r`, chdir, exec;
+    /// an errno goes to `err_w`.
+    ///
+    /// # Safety
+    /// Only in a child just forked: async-signal-safe calls on memory prepared before.
+    unsafe fn in_child(&self, old: &libc::sigset_t, hold_r: i32, err_w: i32) -> ! {
+        // SAFETY: as the function's contract says.
+        unsafe {
+            // Default dispositions: fsprof's handlers must not leak into the command.
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            libc::sigprocmask(libc::SIG_SETMASK, old, std::ptr::null_mut());
+            let mut b = 0u8;
+            // The parent closing without writing means it gave up: do not run the command.
+            if libc::read(hold_r, (&mut b as *mut u8).cast(), 1) != 1 {
+                libc::_exit(127);
+            }
+            if let Some(d) = &self.dir
+                && libc::chdir(d.as_ptr()) != 0
+            {
+                let e = *libc::__errno_location();
+                libc::write(err_w, (&e as *const i32).cast(), 4);
+                libc::_exit(127);
+            }
+            libc::execve(
+                self.program.as_ptr(),
+                self.arg_ptrs.as_ptr(),
+                self.env_ptrs.as_ptr(),
+            );
+            let e = *libc::__errno_location();
+            libc::write(err_w, (&e as *const i32).cast(), 4);
+            libc::_exit(127)
+        }
+    }
+}
+
+/// Blocks fsprof's signals in this thread; the mask before.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data (zeroes valid), then set by sigemptyset/sigaddset;
+    // pthread_sigmask gets pointers to these live locals.
+    let (mut ours, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe {
+        libc::sigemptyset(&mut ours);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut ours, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &ours, &mut old);
+    }
+    old
 }
 
 impl Held {

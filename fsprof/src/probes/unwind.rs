@@ -66,26 +66,62 @@ pub fn compile(path: &Path) -> Result<Vec<UnwindRow>> {
     if let Some(s) = elf.section_by_name(".got") {
         bases = bases.set_got(s.address());
     }
-    let plt: Vec<(u64, u64)> = elf
-        .sections()
-        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
-        .map(|s| (s.address(), s.address() + s.size()))
-        .collect();
-    let segments: Vec<(u64, u64, u64)> = elf
-        .segments()
-        .map(|s| (s.address(), s.size(), s.file_range().0))
-        .collect();
-    let to_offset = |vaddr: u64| {
-        segments
+    let layout = Layout::of(&elf);
+    let mut raw = cfi_rows(&eh, &bases, &layout)?;
+    end_at_entry(&mut raw, &elf, &layout);
+    if raw.iter().any(|(off, _, _)| *off >= 1 << 32) {
+        bail!("code beyond 4 GiB into the file");
+    }
+    Ok(merged(raw))
+}
+
+/// Where an ELF file's code is: its PLT sections and its segments' addresses in the file.
+struct Layout {
+    plt: Vec<(u64, u64)>,
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl Layout {
+    fn of(elf: &object::File) -> Layout {
+        Layout {
+            plt: elf
+                .sections()
+                .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+                .map(|s| (s.address(), s.address() + s.size()))
+                .collect(),
+            segments: elf
+                .segments()
+                .map(|s| (s.address(), s.size(), s.file_range().0))
+                .collect(),
+        }
+    }
+
+    /// The file offset of virtual address `vaddr`.
+    fn offset(&self, vaddr: u64) -> Option<u64> {
+        self.segments
             .iter()
             .find(|(a, size, _)| (*a..a + size).contains(&vaddr))
             .map(|(a, _, off)| vaddr - a + off)
-    };
-    // (file offset, whether the row is a real rule, row): a function's range end loses to
-    // a row starting at the same place.
-    let mut raw: Vec<(u64, bool, UnwindRow)> = Vec::new();
+    }
+
+    fn in_plt(&self, vaddr: u64) -> bool {
+        self.plt.iter().any(|(a, b)| (*a..*b).contains(&vaddr))
+    }
+}
+
+/// A row at a file offset, and whether it is a real rule: a function's range end loses to
+/// a row starting at the same place.
+type RawRow = (u64, bool, UnwindRow);
+
+/// Every FDE's rows, and a RULE_NONE row at each FDE's end.
+fn cfi_rows<R: gimli::Reader>(
+    eh: &gimli::EhFrame<R>,
+    bases: &gimli::BaseAddresses,
+    layout: &Layout,
+) -> Result<Vec<RawRow>> {
+    let mut raw = Vec::new();
     let mut ctx = gimli::UnwindContext::new();
-    let mut entries = eh.entries(&bases);
+    let mut entries = eh.entries(bases);
     while let Some(entry) = entries.next()? {
         let gimli::CieOrFde::Fde(partial) = entry else {
             continue;
@@ -93,20 +129,18 @@ pub fn compile(path: &Path) -> Result<Vec<UnwindRow>> {
         let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
             continue;
         };
-        let in_plt = plt
-            .iter()
-            .any(|(a, b)| (*a..*b).contains(&fde.initial_address()));
-        let Ok(mut rows) = fde.rows(&eh, &bases, &mut ctx) else {
+        let in_plt = layout.in_plt(fde.initial_address());
+        let Ok(mut rows) = fde.rows(eh, bases, &mut ctx) else {
             continue;
         };
         while let Ok(Some(row)) = rows.next_row() {
-            if let Some(off) = to_offset(row.start_address()) {
+            if let Some(off) = layout.offset(row.start_address()) {
                 let mut r = rule_of(row, in_plt);
                 r.pc = off as u32;
                 raw.push((off, r.rule != RULE_NONE, r));
             }
         }
-        if let Some(end) = to_offset(fde.end_address()) {
+        if let Some(end) = layout.offset(fde.end_address()) {
             let none = UnwindRow {
                 pc: end as u32,
                 ..UnwindRow::default()
@@ -114,25 +148,31 @@ pub fn compile(path: &Path) -> Result<Vec<UnwindRow>> {
             raw.push((end, false, none));
         }
     }
-    // The loader's entry point (ld.so's _start) has no CFI: it is the outermost frame.
-    if let Some(entry) = to_offset(elf.entry()).filter(|_| elf.entry() != 0) {
-        let covered = raw
-            .iter()
-            .filter(|(off, _, _)| *off <= entry)
-            .max_by_key(|(off, real, _)| (*off, *real))
-            .is_some_and(|(_, real, _)| *real);
-        if !covered {
-            let end = UnwindRow {
-                pc: entry as u32,
-                rule: RULE_END,
-                ..UnwindRow::default()
-            };
-            raw.push((entry, true, end));
-        }
+    Ok(raw)
+}
+
+/// The loader's entry point (ld.so's _start) has no CFI: it is the outermost frame.
+fn end_at_entry(raw: &mut Vec<RawRow>, elf: &object::File, layout: &Layout) {
+    let Some(entry) = layout.offset(elf.entry()).filter(|_| elf.entry() != 0) else {
+        return;
+    };
+    let covered = raw
+        .iter()
+        .filter(|(off, _, _)| *off <= entry)
+        .max_by_key(|(off, real, _)| (*off, *real))
+        .is_some_and(|(_, real, _)| *real);
+    if !covered {
+        let end = UnwindRow {
+            pc: entry as u32,
+            rule: RULE_END,
+            ..UnwindRow::default()
+        };
+        raw.push((entry, true, end));
     }
-    if raw.iter().any(|(off, _, _)| *off >= 1 << 32) {
-        bail!("code beyond 4 GiB into the file");
-    }
+}
+
+/// Sorted by offset, one row per offset (the real rule wins), repeats of a rule dropped.
+fn merged(mut raw: Vec<RawRow>) -> Vec<UnwindRow> {
     raw.sort_by_key(|(off, real, _)| (*off, *real));
     let mut rows: Vec<UnwindRow> = Vec::with_capacity(raw.len());
     for (_, _, r) in raw {
@@ -142,7 +182,7 @@ pub fn compile(path: &Path) -> Result<Vec<UnwindRow>> {
             _ => rows.push(r),
         }
     }
-    Ok(rows)
+    rows
 }
 
 /// One CFI row in the kernel's form; RULE_NONE for what the kernel cannot follow.

@@ -93,14 +93,14 @@ pub fn stacked_bars(title: &str, bars: &[Bar]) -> String {
     let axis = nice(max);
     let x = |ns: f64| left + (w - left - right) * ns / axis;
     let mut o = open(w, h, left, 12, title);
+    let bottom = top + row * bars.len() as f64;
     for i in 0..=5 {
         let v = axis * i as f64 / 5.0;
         let xx = x(v);
         let _ = write!(
             o,
-            r##"<line x1="{xx:.1}" y1="{top}" x2="{xx:.1}" y2="{y2:.1}" stroke="#ddd"/><text x="{xx:.1}" y="{ty:.1}" text-anchor="middle" fill="#555">{l}</text>"##,
-            y2 = top + row * bars.len() as f64,
-            ty = top + row * bars.len() as f64 + 14.0,
+            r##"<line x1="{xx:.1}" y1="{top}" x2="{xx:.1}" y2="{bottom:.1}" stroke="#ddd"/><text x="{xx:.1}" y="{ty:.1}" text-anchor="middle" fill="#555">{l}</text>"##,
+            ty = bottom + 14.0,
             l = seconds(v as u64)
         );
     }
@@ -113,35 +113,46 @@ pub fn stacked_bars(title: &str, bars: &[Bar]) -> String {
             ty = y + 15.0,
             l = esc(&b.label)
         );
-        let mut acc = 0u64;
-        for (name, ns, color) in &b.segments {
-            if *ns == 0 {
-                continue;
-            }
-            let (x0, x1) = (x(acc as f64), x((acc + ns) as f64));
-            let _ = write!(
-                o,
-                r#"<rect class="seg" x="{x0:.1}" y="{y:.1}" width="{wd:.1}" height="20" fill="{color}"><title>{l}: {name} {v}</title></rect>"#,
-                wd = (x1 - x0).max(0.5),
-                l = esc(&b.label),
-                v = seconds(*ns)
-            );
-            acc += ns;
-        }
-        if let Some((lo, hi)) = b.spread {
-            let (x0, x1, ym) = (x(lo as f64), x(hi as f64), y + 10.0);
-            let _ = write!(
-                o,
-                r##"<g stroke="#222" stroke-width="1.5"><line x1="{x0:.1}" y1="{ym:.1}" x2="{x1:.1}" y2="{ym:.1}"/><line x1="{x0:.1}" y1="{a:.1}" x2="{x0:.1}" y2="{b:.1}"/><line x1="{x1:.1}" y1="{a:.1}" x2="{x1:.1}" y2="{b:.1}"/><title>wall min–max over passes: {lo_s}–{hi_s}</title></g>"##,
-                a = ym - 5.0,
-                b = ym + 5.0,
-                lo_s = seconds(lo),
-                hi_s = seconds(hi)
-            );
-        }
+        bar(&mut o, b, y, &x);
     }
+    bars_legend(&mut o, bars, left, h - 10.0);
+    o.push_str("</svg>");
+    o
+}
+
+/// One bar's segments at height `y`, and its min–max whisker; `x` places nanoseconds.
+fn bar(o: &mut String, b: &Bar, y: f64, x: &dyn Fn(f64) -> f64) {
+    let mut acc = 0u64;
+    for (name, ns, color) in &b.segments {
+        if *ns == 0 {
+            continue;
+        }
+        let (x0, x1) = (x(acc as f64), x((acc + ns) as f64));
+        let _ = write!(
+            o,
+            r#"<rect class="seg" x="{x0:.1}" y="{y:.1}" width="{wd:.1}" height="20" fill="{color}"><title>{l}: {name} {v}</title></rect>"#,
+            wd = (x1 - x0).max(0.5),
+            l = esc(&b.label),
+            v = seconds(*ns)
+        );
+        acc += ns;
+    }
+    if let Some((lo, hi)) = b.spread {
+        let (x0, x1, ym) = (x(lo as f64), x(hi as f64), y + 10.0);
+        let _ = write!(
+            o,
+            r##"<g stroke="#222" stroke-width="1.5"><line x1="{x0:.1}" y1="{ym:.1}" x2="{x1:.1}" y2="{ym:.1}"/><line x1="{x0:.1}" y1="{a:.1}" x2="{x0:.1}" y2="{b:.1}"/><line x1="{x1:.1}" y1="{a:.1}" x2="{x1:.1}" y2="{b:.1}"/><title>wall min–max over passes: {lo_s}–{hi_s}</title></g>"##,
+            a = ym - 5.0,
+            b = ym + 5.0,
+            lo_s = seconds(lo),
+            hi_s = seconds(hi)
+        );
+    }
+}
+
+/// Each segment name once, in order of first appearance, from `left` along `ly`.
+fn bars_legend(o: &mut String, bars: &[Bar], left: f64, ly: f64) {
     let mut lx = left;
-    let ly = h - 10.0;
     let mut seen: Vec<&str> = Vec::new();
     for b in bars {
         for (name, _, color) in &b.segments {
@@ -158,8 +169,6 @@ pub fn stacked_bars(title: &str, bars: &[Bar]) -> String {
             lx += 24.0 + 7.0 * name.len() as f64;
         }
     }
-    o.push_str("</svg>");
-    o
 }
 
 /// Series of (x label, ns) points, e.g. p50 … max per filesystem, on a log y axis.

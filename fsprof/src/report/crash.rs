@@ -357,35 +357,7 @@ pub fn markdown(study: &CrashStudy) -> String {
 /// A comparison of two crash studies as text: per cell each side's trials that found the
 /// new content, Fisher's p and the verdict; then each pattern's cost on both sides.
 pub fn compare_table(c: &CrashComparison) -> String {
-    let mut o = String::new();
-    let smallest = c
-        .rows
-        .iter()
-        .map(|r| fisher_exact(r.base.trials(), 0, 0, r.new.trials()))
-        .fold(1.0, f64::min);
-    let _ = writeln!(
-        o,
-        "fsprof compare: two crash studies, {} cells; each side's trials that found the new \
-         content, Fisher's exact test per cell at α = {} (when nothing changed a cell is \
-         flagged with probability at most α: at most {:.2} false flags expected here; at these \
-         trials the smallest p a cell can reach is {:.4})",
-        c.rows.len(),
-        c.alpha,
-        c.alpha * c.rows.len() as f64,
-        smallest
-    );
-    let opts = |cell: &CrashCell| {
-        let o = [("mkfs", &cell.mkfs_opts), ("mount", &cell.mount_opts)]
-            .iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect::<Vec<_>>();
-        if o.is_empty() {
-            "default".to_string()
-        } else {
-            o.join(", ")
-        }
-    };
+    let mut o = compare_header(c);
     let _ = writeln!(
         o,
         "  {:<6} {:<18} {:<13} {:>9} {:>9} {:>7}  verdict",
@@ -393,7 +365,12 @@ pub fn compare_table(c: &CrashComparison) -> String {
     );
     let mut sides: Vec<String> = Vec::new();
     for r in &c.rows {
-        let side = format!("{}: base {}; new {}", r.base.fs, opts(r.base), opts(r.new));
+        let side = format!(
+            "{}: base {}; new {}",
+            r.base.fs,
+            options(r.base),
+            options(r.new)
+        );
         if !sides.contains(&side) {
             sides.push(side);
         }
@@ -416,31 +393,71 @@ pub fn compare_table(c: &CrashComparison) -> String {
     for s in sides {
         let _ = writeln!(o, "  {s}");
     }
-    if !c.costs.is_empty() {
-        let _ = writeln!(
-            o,
-            "\nwhat each pattern costs, base → new (one traced pass a side: shown, not tested)"
-        );
+    o + &compare_costs(c)
+}
+
+/// The comparison's first line: the test, its α, and the false flags it allows.
+fn compare_header(c: &CrashComparison) -> String {
+    let smallest = c
+        .rows
+        .iter()
+        .map(|r| fisher_exact(r.base.trials(), 0, 0, r.new.trials()))
+        .fold(1.0, f64::min);
+    format!(
+        "fsprof compare: two crash studies, {} cells; each side's trials that found the new \
+         content, Fisher's exact test per cell at α = {} (when nothing changed a cell is \
+         flagged with probability at most α: at most {:.2} false flags expected here; at these \
+         trials the smallest p a cell can reach is {:.4})\n",
+        c.rows.len(),
+        c.alpha,
+        c.alpha * c.rows.len() as f64,
+        smallest
+    )
+}
+
+/// A cell's mkfs and mount options, or "default".
+fn options(cell: &CrashCell) -> String {
+    let o = [("mkfs", &cell.mkfs_opts), ("mount", &cell.mount_opts)]
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>();
+    if o.is_empty() {
+        "default".to_string()
+    } else {
+        o.join(", ")
+    }
+}
+
+/// Each pattern's cost, base → new; empty when the studies had no traced pass.
+fn compare_costs(c: &CrashComparison) -> String {
+    let mut o = String::new();
+    if c.costs.is_empty() {
+        return o;
+    }
+    let _ = writeln!(
+        o,
+        "\nwhat each pattern costs, base → new (one traced pass a side: shown, not tested)"
+    );
+    let _ = writeln!(
+        o,
+        "  {:<6} {:<18} {:>23} {:>23}",
+        "fs", "pattern", "per update", "sync p50"
+    );
+    let p50 = |x: &CrashCost| x.sync_latency().map_or("-".into(), |s| duration_ns(s.p50));
+    for (b, n) in &c.costs {
         let _ = writeln!(
             o,
             "  {:<6} {:<18} {:>23} {:>23}",
-            "fs", "pattern", "per update", "sync p50"
+            b.fs,
+            b.pattern.name(),
+            format!(
+                "{} → {}",
+                duration_ns(b.per_update_ns()),
+                duration_ns(n.per_update_ns())
+            ),
+            format!("{} → {}", p50(b), p50(n)),
         );
-        for (b, n) in &c.costs {
-            let p50 = |x: &CrashCost| x.sync_latency().map_or("-".into(), |s| duration_ns(s.p50));
-            let _ = writeln!(
-                o,
-                "  {:<6} {:<18} {:>23} {:>23}",
-                b.fs,
-                b.pattern.name(),
-                format!(
-                    "{} → {}",
-                    duration_ns(b.per_update_ns()),
-                    duration_ns(n.per_update_ns())
-                ),
-                format!("{} → {}", p50(b), p50(n)),
-            );
-        }
     }
     o
 }

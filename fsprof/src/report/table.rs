@@ -4,7 +4,11 @@ use std::fmt::Write as _;
 
 use fsprof_common::TimeClass;
 
-use crate::aggregate::{TIME_LABELS, stacks::UserCompleteness, wakes};
+use crate::aggregate::{
+    TIME_LABELS,
+    stacks::{StackSummary, UserCompleteness},
+    wakes,
+};
 use crate::trace::TraceResult;
 use crate::units::{bytes, duration_ns, percent, seconds};
 
@@ -292,6 +296,13 @@ fn render_stacks(o: &mut String, r: &TraceResult) {
             .collect();
         let _ = writeln!(o, "  stack capture problems: {}", p.join(" "));
     }
+    render_wakes(o, s);
+    render_top_stacks(o, s);
+    render_background(o, r);
+}
+
+/// What ended the off-CPU time, and the top waits with their wakers.
+fn render_wakes(o: &mut String, s: &StackSummary) {
     if !s.waited_for.is_empty() {
         let parts: Vec<String> = s
             .waited_for
@@ -311,6 +322,10 @@ fn render_stacks(o: &mut String, r: &TraceResult) {
             );
         }
     }
+}
+
+/// The top off- and on-CPU stacks.
+fn render_top_stacks(o: &mut String, s: &StackSummary) {
     for (title, list) in [
         ("top off-CPU stacks", &s.top_off_cpu),
         ("top on-CPU stacks", &s.top_on_cpu),
@@ -330,6 +345,10 @@ fn render_stacks(o: &mut String, r: &TraceResult) {
             );
         }
     }
+}
+
+/// The filesystem's kernel threads' sampled work.
+fn render_background(o: &mut String, r: &TraceResult) {
     if let Some(b) = &r.background {
         let classes: Vec<String> = b
             .by_class

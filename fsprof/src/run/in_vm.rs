@@ -289,21 +289,7 @@ fn run_into(
             boot: ran.as_ref().ok().and_then(|r| r.boot),
         };
         let cells_failed = absorb(&merger, &guest, &mut vm, out)?;
-        let ran = ran?;
-        if !guest_json.exists() {
-            bail!(
-                "the VM ({label}) ended (status {}) without a results file; its kernel log is above",
-                ran.status.map_or("killed".into(), |s| s.to_string())
-            );
-        }
-        fs::remove_file(&guest_json)?;
-        match ran.status {
-            Some(0) => {}
-            // Its run went on past failed cells, which the results show.
-            Some(1) if cells_failed => {}
-            Some(s) => bail!("fsprof in the VM ({label}) exited with status {s}"),
-            None => bail!("the VM ({label}) was killed"),
-        }
+        guest_ended(&ran?, &guest_json, label, cells_failed)?;
     }
     let result = out.as_mut().context("no round ran")?;
     result.complete = true;
@@ -315,6 +301,30 @@ fn run_into(
         }
     }
     result.save(&opts.results)
+}
+
+/// Whether a guest's run ended as a run should: its results file written (then removed,
+/// its cells taken) and fsprof's exit status 0, or 1 for cells that failed.
+fn guest_ended(
+    ran: &guest::GuestRun,
+    guest_json: &Path,
+    label: &str,
+    cells_failed: bool,
+) -> Result<()> {
+    if !guest_json.exists() {
+        bail!(
+            "the VM ({label}) ended (status {}) without a results file; its kernel log is above",
+            ran.status.map_or("killed".into(), |s| s.to_string())
+        );
+    }
+    fs::remove_file(guest_json)?;
+    match ran.status {
+        Some(0) => Ok(()),
+        // Its run went on past failed cells, which the results show.
+        Some(1) if cells_failed => Ok(()),
+        Some(s) => bail!("fsprof in the VM ({label}) exited with status {s}"),
+        None => bail!("the VM ({label}) was killed"),
+    }
 }
 
 /// Boots `kernel` once to run `passes` passes of the suite, on a fresh disk image.
