@@ -57,6 +57,9 @@ pub struct TraceOptions {
     pub timeline: Option<PathBuf>,
 }
 
+/// File extension of a timeline, as Perfetto's UI names its traces.
+pub const TIMELINE_EXT: &str = "perfetto-trace";
+
 impl TraceOptions {
     /// Points everything at a lab filesystem: the command starts in it, only its device's
     /// block I/O counts, its tracepoints (with `fs_events`) and its per-device kernel threads
@@ -386,18 +389,19 @@ fn preload_running(probes: &Probes, pid: u32) {
     }
 }
 
-/// Loads the probes, with what start-up waits on read side by side: the kernel's BTF for
-/// the offsets (~80 ms) on a helper thread while this one parses aya's copy of it (~20 ms)
+/// Loads the probes, with what start-up waits on read side by side: btf_rs's parse of the
+/// kernel's BTF (~80 ms) on a helper thread while this one parses aya's copy of it (~20 ms)
 /// and, with stacks, the kernel's symbols (~45 ms) that naming them needs at the end
-/// (blazesym's symbolizer stays on its thread).
+/// (blazesym's symbolizer stays on its thread). The parse is not waited for here: the
+/// offsets are usually kept from an earlier start, and whoever needs the parse (the
+/// offsets otherwise, the fs events) waits for it.
 fn load_probes(opts: &TraceOptions) -> Result<Probes> {
     let started = std::time::Instant::now();
-    let offsets = std::thread::spawn(crate::probes::btf::parse_kernel);
+    std::thread::spawn(crate::probes::btf::parse_kernel);
     let _ = crate::probes::btf::aya_kernel();
     if opts.probes.stacks.is_some() {
         crate::aggregate::symbols::with(|s| s.read_kernel_symbols());
     }
-    let _ = offsets.join();
     let read = ns(started.elapsed());
     let mut probes = Probes::load(&opts.probes)?;
     probes.laps.ns.insert("btf+kallsyms".into(), read);

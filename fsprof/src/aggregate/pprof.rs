@@ -330,6 +330,9 @@ fn profile(
 
 /// Writes `{stem}.{kind}.pb.gz` of each exported kind with stacks into `dir`; `what` (the
 /// traced command) goes into each profile's comment. Returns "{kind}.pb.gz" → path.
+/// File extension of a gzip-compressed profile.proto, as pprof tools name them.
+pub const PPROF_EXT: &str = "pb.gz";
+
 pub fn write_all(
     stacks: &Stacks,
     dir: &Path,
@@ -342,11 +345,11 @@ pub fn write_all(
         let Some(p) = profile(stacks, kind, count, time, what) else {
             continue;
         };
-        let path = dir.join(format!("{stem}.{}.pb.gz", kind.file_stem()));
+        let path = dir.join(format!("{stem}.{}.{PPROF_EXT}", kind.file_stem()));
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(&p.encode_to_vec())?;
         fs::write(&path, gz.finish()?).with_context(|| format!("writing {}", path.display()))?;
-        out.insert(format!("{}.pb.gz", kind.file_stem()), path);
+        out.insert(format!("{}.{PPROF_EXT}", kind.file_stem()), path);
     }
     Ok(out)
 }

@@ -101,7 +101,8 @@ pub struct RunArgs {
     #[arg(long)]
     fail_fast: bool,
     /// Also write each cell's timeline (every context switch, wakeup and block request) as
-    /// a Perfetto trace: DIR/STEP/FS-passN.perfetto-trace.
+    /// a Perfetto trace: DIR/STEP/FS-passN.perfetto-trace (with --kernel,
+    /// DIR/KERNEL/STEP/FS-passN.perfetto-trace).
     #[arg(long, value_name = "DIR")]
     timeline: Option<PathBuf>,
     #[command(flatten)]
@@ -111,14 +112,6 @@ pub struct RunArgs {
 pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     let opts = run_options(&a)?;
     let kernels = a.vm.guest_kernels(&a.dir)?;
-    if !kernels.is_empty() && a.stacks.pprof.is_some() {
-        anyhow::bail!("--pprof is not available with --kernel yet: profile on the host's kernel");
-    }
-    if !kernels.is_empty() && a.timeline.is_some() {
-        anyhow::bail!(
-            "--timeline is not available with --kernel yet: record it on the host's kernel"
-        );
-    }
     let outcome = match kernels.is_empty() {
         true => run::run(&opts),
         false => {

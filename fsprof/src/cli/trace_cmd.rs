@@ -161,7 +161,7 @@ fn output(result: &TraceResult, json: Option<&Path>) -> Result<ExitCode> {
     let profiles: Vec<&String> = result
         .flames
         .iter()
-        .filter(|(k, _)| k.ends_with(".pb.gz"))
+        .filter(|(k, _)| k.ends_with(crate::aggregate::pprof::PPROF_EXT))
         .map(|(_, p)| p)
         .collect();
     if !profiles.is_empty() {

@@ -235,7 +235,7 @@ pub fn check_environment() -> Result<()> {
 
 /// The probes' configuration: kernel offsets from BTF, and what the options turn on.
 fn probe_config(opts: &ProbeOptions, period: Option<u64>) -> Result<ProbeConfig> {
-    let mut config = offsets::probe_config(Path::new(offsets::VMLINUX_BTF))?;
+    let mut config = offsets::probe_config_kept(Path::new(offsets::VMLINUX_BTF))?;
     config.filter_devices = u32::from(!opts.devices.is_empty());
     if let (Some(s), Some(p)) = (opts.stacks, period) {
         config.stacks = 1;

@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{Outcome, RunOptions};
 use crate::{
+    aggregate::pprof::PPROF_EXT,
     results::{self, RunResult, StepRun, VmFacts, VmKernel},
     signals,
     vm::{GuestKernel, VmConfig, guest},
@@ -26,6 +27,8 @@ const HOST_ONLY_VALUED: &[&str] = &[
     "--dir",
     "--device",
     "--flames",
+    "--timeline",
+    "--pprof",
     "--passes",
     "--history",
 ];
@@ -204,7 +207,12 @@ fn absorb(
             for p in &mut f.passes {
                 p.pass += guest.first_pass - 1;
                 for s in &mut p.steps {
-                    keep_pass_flames(s, &flames_home.join("passes").join(label), &f.fs, p.pass)?;
+                    let pprof = opts.pprof_dir.as_ref().map(|d| d.join(label));
+                    let flames = flames_home.join("passes").join(label);
+                    keep_pass_flames(s, &flames, pprof.as_deref(), &f.fs, p.pass)?;
+                    if let Some(dir) = &opts.timeline_dir {
+                        keep_timeline(s, &dir.join(label), &f.fs, p.pass)?;
+                    }
                 }
             }
         }
@@ -362,6 +370,12 @@ fn boot(
         "--json".into(),
         format!("{share}/{stem}.json"),
     ]);
+    if opts.timeline_dir.is_some() {
+        cmd.extend(["--timeline".into(), format!("{share}/{GUEST_TIMELINES}")]);
+    }
+    if opts.pprof_dir.is_some() {
+        cmd.extend(["--pprof".into(), format!("{share}/{GUEST_PPROF}")]);
+    }
     // The guest's summary is the host's to print; its progress (stderr) shows live.
     let script = format!(
         "{} > guest-stdout.txt",
@@ -389,11 +403,17 @@ fn boot(
 }
 
 /// Copies a cell's per-pass stack files out of the VM's share (gone after the boot) to
-/// `dir`/pass<N>/<step>/<fs>.<kind>, and points the cell at them. The guest's own names
-/// (`<fs>-pass1.<kind>`) number passes per boot, not per run.
-fn keep_pass_flames(s: &mut StepRun, dir: &Path, fs: &str, pass: u32) -> Result<()> {
+/// `dir`/pass<N>/<step>/<fs>.<kind>, and its pprof profiles (with --pprof) to
+/// `pprof`/<step>/<fs>-pass<N>.<kind> as the host lays them out; points the cell at them.
+/// The guest's own names (`<fs>-pass1.<kind>`) number passes per boot, not per run.
+fn keep_pass_flames(
+    s: &mut StepRun,
+    dir: &Path,
+    pprof: Option<&Path>,
+    fs: &str,
+    pass: u32,
+) -> Result<()> {
     let to = dir.join(format!("pass{pass}")).join(&s.step);
-    fs::create_dir_all(&to)?;
     for path in s.trace.flames.values_mut() {
         let from = PathBuf::from(&*path);
         let name = from
@@ -401,11 +421,35 @@ fn keep_pass_flames(s: &mut StepRun, dir: &Path, fs: &str, pass: u32) -> Result<
             .context("flame file name")?
             .to_string_lossy();
         let kind = name.split_once('.').map_or(&*name, |(_, k)| k);
-        let dest = to.join(format!("{fs}.{kind}"));
+        let dest = match pprof.filter(|_| kind.ends_with(PPROF_EXT)) {
+            Some(p) => p.join(&s.step).join(format!("{fs}-pass{pass}.{kind}")),
+            None => to.join(format!("{fs}.{kind}")),
+        };
+        fs::create_dir_all(dest.parent().context("a file's directory")?)?;
         fs::copy(&from, &dest)
             .with_context(|| format!("keeping {} as {}", from.display(), dest.display()))?;
         *path = dest.display().to_string();
     }
+    Ok(())
+}
+
+/// Where the guest writes its timelines and pprof profiles, in the VM's share.
+const GUEST_TIMELINES: &str = "timeline";
+const GUEST_PPROF: &str = "pprof";
+
+/// Copies a cell's timeline out of the VM's share to `dir`/<step>/<fs>-pass<N>.perfetto-trace
+/// (`dir` is the kernel's under --timeline: the host's layout with the kernel above it) and
+/// points the cell at it.
+fn keep_timeline(s: &mut StepRun, dir: &Path, fs: &str, pass: u32) -> Result<()> {
+    let Some(t) = s.trace.timeline.as_mut() else {
+        return Ok(());
+    };
+    let to = dir.join(&s.step);
+    fs::create_dir_all(&to)?;
+    let dest = to.join(format!("{fs}-pass{pass}.{}", crate::trace::TIMELINE_EXT));
+    fs::copy(&t.path, &dest)
+        .with_context(|| format!("keeping {} as {}", t.path, dest.display()))?;
+    t.path = dest.display().to_string();
     Ok(())
 }
 

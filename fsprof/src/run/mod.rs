@@ -530,7 +530,7 @@ impl Matrix<'_> {
             }),
             timeline: opts.timeline_dir.as_ref().map(|d| {
                 d.join(&name)
-                    .join(format!("{kind}-pass{pass}.perfetto-trace"))
+                    .join(format!("{kind}-pass{pass}.{}", trace::TIMELINE_EXT))
             }),
             ..Default::default()
         };

@@ -65,6 +65,48 @@ fn two_debian_kernels() -> [String; 2] {
 }
 
 /// Two Debian kernels make a kernel axis of two columns per filesystem.
+/// Every cell's timeline was recorded in its guest and kept at
+/// tl/KERNEL/STEP/FS-passN.perfetto-trace, whole (the size its summary says), with switches.
+fn timelines_kept_per_kernel(r: &RunResult, tl: &Path) {
+    for f in &r.filesystems {
+        let label = f.kernel.clone().unwrap();
+        for p in &f.passes {
+            for c in &p.steps {
+                let t = c.trace.timeline.as_ref().expect("a timeline per cell");
+                let want = tl
+                    .join(&label)
+                    .join(&c.step)
+                    .join(format!("{}-pass{}.perfetto-trace", f.fs, p.pass));
+                assert_eq!(Path::new(&t.path), want);
+                assert_eq!(std::fs::metadata(&want).unwrap().len(), t.bytes, "{want:?}");
+                assert!(t.records.get("switch").copied().unwrap_or(0) > 0, "{t:?}");
+            }
+        }
+    }
+}
+
+/// Every cell's pprof profiles were written in its guest and kept at
+/// pprof/KERNEL/STEP/FS-passN.KIND.pb.gz, gzip files.
+fn pprof_kept_per_kernel(r: &RunResult, pprof: &Path) {
+    for f in &r.filesystems {
+        let label = f.kernel.clone().unwrap();
+        for p in &f.passes {
+            for c in &p.steps {
+                let on_cpu = pprof
+                    .join(&label)
+                    .join(&c.step)
+                    .join(format!("{}-pass{}.on-cpu.pb.gz", f.fs, p.pass));
+                assert_eq!(
+                    c.trace.flames.get("on-cpu.pb.gz").map(Path::new),
+                    Some(on_cpu.as_path())
+                );
+                let head = std::fs::read(&on_cpu).unwrap();
+                assert_eq!(head[..2], [0x1f, 0x8b], "{on_cpu:?} is gzip");
+            }
+        }
+    }
+}
+
 pub fn two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel() {
     let dir = TempDir::new("vm");
     let json = dir.0.join("r.json");
@@ -83,12 +125,18 @@ pub fn two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel() {
             "0.02",
             "--passes",
             "2",
+            "--timeline",
+            dir.0.join("tl").to_str().unwrap(),
+            "--pprof",
+            dir.0.join("pprof").to_str().unwrap(),
         ],
         &json,
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let r = RunResult::load(&json).unwrap();
+    timelines_kept_per_kernel(&r, &dir.0.join("tl"));
+    pprof_kept_per_kernel(&r, &dir.0.join("pprof"));
     assert!(r.complete, "{:?}", r.interrupted);
     let vm = r.vm.as_ref().expect("vm facts");
     assert_eq!((vm.accel.as_str(), vm.emulated), ("tcg", true));
