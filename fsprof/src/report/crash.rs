@@ -96,7 +96,7 @@ fn row(c: &CrashCell) -> Row {
 }
 
 const BROKEN: &str = "DURABLE PATTERN LOST DATA";
-const FOOTNOTE: &str = "* durable: POSIX promises the new content once the pattern returns. \
+const FOOTNOTE: &str = "* durable: POSIX (SQLite, for sqlite-wal) promises the new content once the pattern returns. \
                         recovery: the mount after the crash (journal replay), median; fsck: \
                         the checker's read-only pass after it, median.";
 

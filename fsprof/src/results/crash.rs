@@ -143,7 +143,7 @@ pub struct CrashCell {
     pub point: CrashPoint,
     /// Time between the update's return and the crash, ns.
     pub wait_ns: u64,
-    /// POSIX promises the new content after this pattern.
+    /// POSIX (or SQLite, for sqlite-wal) promises the new content after this pattern.
     pub durable: bool,
     /// Trials by what the application found.
     pub outcomes: BTreeMap<Outcome, u32>,

@@ -54,6 +54,13 @@ pub enum Pattern {
     CreateFsync,
     /// Overwrite `conf` in place, same length; no fsync.
     Overwrite,
+    /// A SQLite commit in WAL mode with synchronous=FULL, the connection closed without a
+    /// checkpoint (as a running application leaves it): durable, SQLite promises.
+    SqliteWal,
+    /// A SQLite commit with a rollback journal (journal_mode=DELETE) and synchronous=FULL:
+    /// atomic, but the commit is the journal's unlink, which SQLite does not fsync the
+    /// directory for below synchronous=EXTRA.
+    SqliteRollback,
 }
 
 impl Pattern {
@@ -63,9 +70,22 @@ impl Pattern {
         self.into()
     }
 
-    /// POSIX promises the new content once the pattern returns: a crash must never lose it.
+    /// POSIX (or SQLite) promises the new content once the pattern returns: a crash must
+    /// never lose it.
     pub fn durable(self) -> bool {
-        matches!(self, Pattern::RenameFsyncDir | Pattern::AppendFdatasync)
+        matches!(
+            self,
+            Pattern::RenameFsyncDir | Pattern::AppendFdatasync | Pattern::SqliteWal
+        )
+    }
+
+    /// The journal mode of a SQLite pattern; None for the plain-file ones.
+    fn sqlite_journal(self) -> Option<&'static str> {
+        match self {
+            Pattern::SqliteWal => Some("WAL"),
+            Pattern::SqliteRollback => Some("DELETE"),
+            _ => None,
+        }
     }
 
     /// The content before the update (None: no file), and after it.
@@ -83,6 +103,10 @@ impl Pattern {
 
     /// Leaves the old version durable in `dir`.
     pub fn prepare(self, dir: &Path) -> Result<()> {
+        if let Some(mode) = self.sqlite_journal() {
+            sqlite::prepare(dir, mode, old_content())?;
+            return fsync_dir(dir);
+        }
         if let (Some(old), _) = self.versions() {
             write_file(&dir.join(FILE), &old, true)?;
             fsync_dir(dir)?;
@@ -115,8 +139,61 @@ impl Pattern {
                 let f = OpenOptions::new().write(true).open(&file)?;
                 f.write_all_at(new, 0)?;
             }
+            Pattern::SqliteWal | Pattern::SqliteRollback => sqlite::commit(dir, new)?,
         }
         Ok(())
+    }
+}
+
+/// The SQLite patterns: one row of a table in `conf.db` holds the content.
+mod sqlite {
+    use std::path::Path;
+
+    use anyhow::{Context, Result};
+    use rusqlite::{Connection, OptionalExtension, config::DbConfig};
+
+    pub const DB: &str = "conf.db";
+
+    fn open(dir: &Path) -> Result<Connection> {
+        let c = Connection::open(dir.join(DB)).context("opening the SQLite database")?;
+        c.pragma_update(None, "synchronous", "FULL")?;
+        // An application's connection stays open: the commit stays in the WAL, not
+        // checkpointed into the database by a close.
+        c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        Ok(c)
+    }
+
+    /// A database in journal mode `mode` whose row holds `old`, checkpointed.
+    pub fn prepare(dir: &Path, mode: &str, old: &[u8]) -> Result<()> {
+        let c = Connection::open(dir.join(DB)).context("creating the SQLite database")?;
+        c.pragma_update(None, "synchronous", "FULL")?;
+        c.pragma_update(None, "journal_mode", mode)?;
+        c.execute("CREATE TABLE kv (k TEXT PRIMARY KEY, v BLOB NOT NULL)", [])?;
+        c.execute("INSERT INTO kv VALUES ('conf', ?1)", [old])?;
+        Ok(())
+    }
+
+    /// Commits `new` as the row's value.
+    pub fn commit(dir: &Path, new: &[u8]) -> Result<()> {
+        let n = open(dir)?.execute("UPDATE kv SET v = ?1 WHERE k = 'conf'", [new])?;
+        anyhow::ensure!(n == 1, "the row to update is missing");
+        Ok(())
+    }
+
+    /// The row's value as SQLite recovers it (rolling a hot journal back, replaying the
+    /// WAL); Ok(None): no row; Err: the database does not open or is not intact.
+    pub fn read(dir: &Path) -> Result<Option<Vec<u8>>> {
+        let path = dir.join(DB);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let c = Connection::open(path)?;
+        let check: String = c.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        anyhow::ensure!(check == "ok", "integrity check: {check}");
+        Ok(
+            c.query_row("SELECT v FROM kv WHERE k = 'conf'", [], |r| r.get(0))
+                .optional()?,
+        )
     }
 }
 
@@ -232,9 +309,16 @@ impl Outcome {
     }
 }
 
-/// Classifies `conf` in `dir` against the pattern's versions.
+/// Classifies `conf` (or the SQLite row) in `dir` against the pattern's versions.
 pub fn classify(pattern: Pattern, dir: &Path) -> Outcome {
     let (old, new) = pattern.versions();
+    if pattern.sqlite_journal().is_some() {
+        return match sqlite::read(dir) {
+            Ok(Some(found)) => compare(&found, old.as_deref(), &new),
+            Ok(None) => Outcome::Missing,
+            Err(_) => Outcome::Error,
+        };
+    }
     let found = match fs::read(dir.join(FILE)) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -246,9 +330,14 @@ pub fn classify(pattern: Pattern, dir: &Path) -> Outcome {
         }
         Err(_) => return Outcome::Error,
     };
+    compare(&found, old.as_deref(), &new)
+}
+
+/// What `found` is against the old and the new version.
+fn compare(found: &[u8], old: Option<&[u8]>, new: &[u8]) -> Outcome {
     if found == new {
         Outcome::New
-    } else if old.as_deref() == Some(found.as_slice()) {
+    } else if old == Some(found) {
         Outcome::Old
     } else if found.is_empty() {
         Outcome::Empty
