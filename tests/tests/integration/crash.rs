@@ -73,12 +73,12 @@ pub fn shutdown_keeps_durable_updates_and_loses_uncommitted_ones() {
 
 pub fn after_the_commit_interval_ext4_has_committed_the_rename() {
     // commit=1: the journal commits every second; the crash comes 2 s after the update.
-    let s = run(&options(
-        &[FsKind::Ext4],
-        &[CrashPoint::AfterCommit],
-        1,
-        "commit=1",
-    ));
+    // Only the two patterns looked at: with all ten side by side (the SQLite ones fsync
+    // on two more loop devices) a CI run once found the unsynced rename still old at 2 s.
+    let s = run(&CrashOptions {
+        patterns: vec![Pattern::RenameNoFsync, Pattern::RenameFsyncDir],
+        ..options(&[FsKind::Ext4], &[CrashPoint::AfterCommit], 1, "commit=1")
+    });
     for c in &s.cells {
         assert!(c.wait_ns >= 2_000_000_000, "{c:?}");
         assert_eq!(c.mount_opts, "commit=1");
