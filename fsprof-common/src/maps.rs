@@ -165,8 +165,8 @@ impl HistKind {
     }
 }
 
-/// The key of a map that each CPU adds to apart (HISTS, STACK_WEIGHTS, WAKE_WEIGHTS): one
-/// entry per (key, CPU) in a plain hash (and BLOCK), summed over CPUs by userspace. The BPF core has no
+/// The key of a map that each CPU adds to apart (HISTS, STACK_WEIGHTS, WAKE_WEIGHTS,
+/// BLOCK): one entry per (key, CPU) in a plain hash, summed over CPUs by userspace. The BPF core has no
 /// atomic adds on stable Rust, so each CPU needs its own counters; a per-CPU hash gives
 /// them too, but preallocates a per-CPU area for every element, one allocation each: 48 ms
 /// to create STACK_WEIGHTS that way at every start, 3 ms as a plain hash.

@@ -3,7 +3,8 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, generated,
     },
     macros::map,
     maps::{Array, HashMap, PerCpuArray},
@@ -230,6 +231,21 @@ pub fn read_kernel<T>(base: u64, offset: u32) -> Option<T> {
             None
         }
     }
+}
+
+/// `read_kernel` of a u64 into `dst` (map memory: no stack slot for the value, which the
+/// unwinder's frames cannot spare); a failed read is counted.
+#[inline(always)]
+pub fn read_into(dst: &mut u64, base: u64, offset: u32) -> Option<()> {
+    if base == 0 {
+        return None;
+    }
+    let src = (base + offset as u64) as *const core::ffi::c_void;
+    if unsafe { generated::bpf_probe_read_kernel((dst as *mut u64).cast(), 8, src) } != 0 {
+        lost(Lost::ReadFailed);
+        return None;
+    }
+    Some(())
 }
 
 /// Pointer to this CPU's value for `key` in a CPU-keyed hash (see `CpuKey`), creating it

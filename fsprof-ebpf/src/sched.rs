@@ -175,7 +175,7 @@ unsafe fn switch_out(
     let period = conf!(off_cpu_period_ns);
     // Back in its own context: a stack picked at the last switch-in takes its user half;
     // inside a syscall, a new one waits until a stack is picked (the thread's next
-    // switch-out or syscall exit takes it). One call site: the unwinder is big.
+    // switch-out or syscall exit takes it).
     let mut user = cached_ustack;
     let awaiting = stacks && unsafe { offcpu::awaiting(t) };
     if stacks && user == 0 && state & TASK_DEAD == 0 && (awaiting || !in_syscall || period == 0) {

@@ -28,7 +28,7 @@ use fsprof_common::{
     },
 };
 
-use crate::common::{conf, count, count_n, now, read_kernel};
+use crate::common::{conf, count, count_n, now, read_into, read_kernel};
 
 /// Written by userspace through a memory mapping (fsprof::probes::unwind).
 #[map]
@@ -205,19 +205,6 @@ fn walk(slot: u32, tgid: u32) -> Option<()> {
         count_n(Counter::UserUnwindNs, now().saturating_sub((*w).t0));
     }
     Some(())
-}
-
-/// Reads the u64 at kernel address `base + offset` into `dst` (map memory, not the stack).
-#[inline(always)]
-fn read_into(dst: &mut u64, base: u64, offset: u32) -> Option<()> {
-    let ret = unsafe {
-        generated::bpf_probe_read_kernel(
-            (dst as *mut u64).cast(),
-            8,
-            (base + u64::from(offset)) as *const c_void,
-        )
-    };
-    (base != 0 && ret == 0).then_some(())
 }
 
 /// Process `tgid` has exec'd: userspace loads its program's and libraries' tables.
