@@ -154,6 +154,7 @@ mod tests {
             fsck_ns: Vec::new(),
             fsck_unclean: 0,
             fsck_detail: None,
+            error_detail: None,
         };
         let patterns = [Pattern::RenameNoFsync, Pattern::Append, Pattern::Overwrite];
         CrashStudy {

@@ -95,6 +95,21 @@ fn row(c: &CrashCell) -> Row {
     }
 }
 
+/// Why a group's cells found an error or an unclean fsck: the first trial's words for each.
+fn notes(cells: &[&CrashCell]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in cells {
+        let at = format!("{} {}", c.pattern.name(), c.point.name());
+        if let Some(e) = &c.error_detail {
+            out.push(format!("{at}: error: {e}"));
+        }
+        if let Some(f) = &c.fsck_detail {
+            out.push(format!("{at}: fsck: {f}"));
+        }
+    }
+    out
+}
+
 const BROKEN: &str = "DURABLE PATTERN LOST DATA";
 const FOOTNOTE: &str = "* durable: POSIX (SQLite, for sqlite-wal) promises the new content once the pattern returns. \
                         recovery: the mount after the crash (journal replay), median; fsck: \
@@ -152,6 +167,9 @@ pub fn render(study: &CrashStudy) -> String {
                 "  {:<18} {:<24}{counts}  {:>9}  {}{mark}",
                 r.pattern, r.point, r.recovery, r.fsck,
             );
+        }
+        for n in notes(&g) {
+            let _ = writeln!(o, "    {n}");
         }
     }
     let _ = writeln!(o, "\n{FOOTNOTE}");
@@ -276,6 +294,13 @@ pub fn html(study: &CrashStudy) -> String {
             );
         }
         o.push_str("</table>");
+        let notes: String = notes(&g)
+            .iter()
+            .map(|n| format!("<li>{}</li>", esc(n)))
+            .collect();
+        if !notes.is_empty() {
+            let _ = write!(o, "<ul>{notes}</ul>");
+        }
     }
     let _ = write!(o, "<p>{}</p>", esc(FOOTNOTE));
     for g in cost_groups(&study.costs) {
@@ -335,6 +360,13 @@ pub fn markdown(study: &CrashStudy) -> String {
             };
             v.extend([r.recovery, format!("{}{mark}", r.fsck)]);
             o.push_str(&line(&v));
+        }
+        let notes = notes(&g);
+        if !notes.is_empty() {
+            o.push('\n');
+        }
+        for n in notes {
+            let _ = writeln!(o, "- {n}");
         }
     }
     let _ = writeln!(o, "\n{}", FOOTNOTE.replace('*', "\\*"));
@@ -474,7 +506,7 @@ pub fn to_csv(study: &CrashStudy) -> String {
     for x in Outcome::ALL {
         let _ = write!(o, ",{}", x.name());
     }
-    o.push_str(",recovery_median_ns,fsck_median_ns,fsck_unclean\n");
+    o.push_str(",recovery_median_ns,fsck_median_ns,fsck_unclean,error_detail,fsck_detail\n");
     for c in &study.cells {
         let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
         let _ = write!(
@@ -494,13 +526,60 @@ pub fn to_csv(study: &CrashStudy) -> String {
             let _ = write!(o, ",{}", c.outcomes.get(x).copied().unwrap_or(0));
         }
         let opt = |v: Option<u64>| v.map_or(String::new(), |n| n.to_string());
+        let text = |v: &Option<String>| v.as_deref().map_or(String::new(), q);
         let _ = writeln!(
             o,
-            ",{},{},{}",
+            ",{},{},{},{},{}",
             opt(median(&c.recovery_ns)),
             opt(median(&c.fsck_ns)),
-            c.fsck_unclean
+            c.fsck_unclean,
+            text(&c.error_detail),
+            text(&c.fsck_detail)
         );
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{results::crash::CrashPoint, workload::crash::Pattern};
+
+    #[test]
+    fn why_a_cell_failed_is_shown_under_its_table() {
+        let cell = CrashCell {
+            fs: "jfs".into(),
+            mkfs_opts: String::new(),
+            mount_opts: String::new(),
+            method: "power-cut".into(),
+            pattern: Pattern::Append,
+            point: CrashPoint::Now,
+            wait_ns: 0,
+            durable: false,
+            outcomes: [(Outcome::Error, 1), (Outcome::Old, 4)]
+                .into_iter()
+                .collect(),
+            recovery_ns: vec![1_000_000; 4],
+            fsck_ns: vec![2_000_000; 5],
+            fsck_unclean: 1,
+            fsck_detail: Some("logredo failed (rc=-220)".into()),
+            error_detail: Some("jfs does not mount after the cut: EINVAL".into()),
+        };
+        let study = CrashStudy {
+            cells: vec![cell],
+            trials: 5,
+            ..Default::default()
+        };
+        let text = render(&study);
+        assert!(text.contains("    append now: error: jfs does not mount after the cut: EINVAL\n"));
+        assert!(text.contains("    append now: fsck: logredo failed (rc=-220)\n"));
+        assert!(markdown(&study).contains("- append now: error: jfs does not mount"));
+        assert!(html(&study).contains("<li>append now: fsck: logredo failed (rc=-220)</li>"));
+        let csv = to_csv(&study);
+        let (head, row) = csv.split_once('\n').unwrap();
+        assert!(head.ends_with(",error_detail,fsck_detail"));
+        assert!(row.ends_with(
+            ",\"jfs does not mount after the cut: EINVAL\",\"logredo failed (rc=-220)\"\n"
+        ));
+    }
 }

@@ -155,6 +155,10 @@ pub struct CrashCell {
     pub fsck_unclean: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fsck_detail: Option<String>,
+    /// Why the first trial with an `error` outcome found one (a filesystem that does not
+    /// mount after the crash, a database that does not open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_detail: Option<String>,
 }
 
 impl CrashCell {

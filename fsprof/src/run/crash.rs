@@ -55,6 +55,8 @@ pub(super) struct Trial {
     /// The mount that replayed the journal; None when it failed.
     pub recovery: Option<Duration>,
     pub fsck: Option<crate::lab::crash::Fsck>,
+    /// Why, for an error outcome.
+    pub error: Option<String>,
 }
 
 /// Runs the study; `progress` gets a line per trial, `save` the study after each (so an
@@ -163,11 +165,15 @@ pub(super) fn empty_cell(
         fsck_ns: Vec::new(),
         fsck_unclean: 0,
         fsck_detail: None,
+        error_detail: None,
     }
 }
 
 pub(super) fn record(cell: &mut CrashCell, t: &Trial) {
     *cell.outcomes.entry(t.outcome).or_default() += 1;
+    if let Some(e) = &t.error {
+        cell.error_detail.get_or_insert_with(|| e.clone());
+    }
     cell.wait_ns = cell.wait_ns.max(t.wait.as_nanos() as u64);
     if let Some(r) = t.recovery {
         cell.recovery_ns.push(r.as_nanos() as u64);
@@ -222,13 +228,14 @@ fn run_trial(
 fn crash_and_look(s: &mut Slot, method: CrashMethod) -> Result<Trial> {
     let wait = s.updated.map_or(Duration::ZERO, |t| t.elapsed());
     let recovery = s.fs.crash_and_remount(method)?;
-    let outcome = classify(s.pattern, s.fs.mountpoint());
+    let (outcome, error) = classify(s.pattern, s.fs.mountpoint());
     let fsck = s.fs.checked()?;
     Ok(Trial {
         outcome,
         wait,
         recovery: Some(recovery),
         fsck,
+        error,
     })
 }
 

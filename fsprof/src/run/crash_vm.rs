@@ -357,21 +357,24 @@ fn look(kind: FsKind, pattern: Pattern, disk: &Path, mount_opts: &str) -> Result
         replay(kind, disk).and_then(|r| Ok((r, LabFs::existing(kind, disk, mount_opts)?)));
     match mounted {
         Ok((replayed, mut fs)) => {
-            let outcome = classify(pattern, fs.mountpoint());
+            let (outcome, error) = classify(pattern, fs.mountpoint());
             Ok(Trial {
                 outcome,
                 wait: Duration::ZERO,
                 recovery: Some(replayed + fs.mount_time),
                 fsck: fs.checked()?,
+                error,
             })
         }
         Err(e) => {
-            eprintln!("fsprof: {kind} on {} does not mount: {e:#}", disk.display());
+            let error = format!("{kind} does not mount after the cut: {e:#}");
+            eprintln!("fsprof: {error} ({})", disk.display());
             Ok(Trial {
                 outcome: Outcome::Error,
                 wait: Duration::ZERO,
                 recovery: None,
                 fsck: fsck(kind, disk)?,
+                error: Some(error),
             })
         }
     }

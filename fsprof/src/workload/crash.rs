@@ -309,28 +309,31 @@ impl Outcome {
     }
 }
 
-/// Classifies `conf` (or the SQLite row) in `dir` against the pattern's versions.
-pub fn classify(pattern: Pattern, dir: &Path) -> Outcome {
+/// Classifies `conf` (or the SQLite row) in `dir` against the pattern's versions; an error
+/// outcome comes with why (a database that does not open, a read that fails).
+pub fn classify(pattern: Pattern, dir: &Path) -> (Outcome, Option<String>) {
     let (old, new) = pattern.versions();
-    if pattern.sqlite_journal().is_some() {
-        return match sqlite::read(dir) {
-            Ok(Some(found)) => compare(&found, old.as_deref(), &new),
-            Ok(None) => Outcome::Missing,
-            Err(_) => Outcome::Error,
-        };
-    }
-    let found = match fs::read(dir.join(FILE)) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return if old.is_none() {
-                Outcome::Old
-            } else {
-                Outcome::Missing
-            };
+    let found = if pattern.sqlite_journal().is_some() {
+        match sqlite::read(dir) {
+            Ok(Some(found)) => found,
+            Ok(None) => return (Outcome::Missing, None),
+            Err(e) => return (Outcome::Error, Some(format!("{e:#}"))),
         }
-        Err(_) => return Outcome::Error,
+    } else {
+        match fs::read(dir.join(FILE)) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let absent = if old.is_none() {
+                    Outcome::Old
+                } else {
+                    Outcome::Missing
+                };
+                return (absent, None);
+            }
+            Err(e) => return (Outcome::Error, Some(format!("reading {FILE}: {e}"))),
+        }
     };
-    compare(&found, old.as_deref(), &new)
+    (compare(&found, old.as_deref(), &new), None)
 }
 
 /// What `found` is against the old and the new version.
@@ -364,9 +367,9 @@ mod tests {
         for &p in Pattern::ALL {
             let d = scratch(p.name());
             p.prepare(&d).unwrap();
-            assert_eq!(classify(p, &d), Outcome::Old, "{p:?} before");
+            assert_eq!(classify(p, &d).0, Outcome::Old, "{p:?} before");
             p.update(&d).unwrap();
-            assert_eq!(classify(p, &d), Outcome::New, "{p:?} after");
+            assert_eq!(classify(p, &d).0, Outcome::New, "{p:?} after");
             fs::remove_dir_all(&d).unwrap();
         }
     }
@@ -385,10 +388,31 @@ mod tests {
             ),
         ] {
             fs::write(&path, bytes).unwrap();
-            assert_eq!(classify(p, &d), want);
+            assert_eq!(classify(p, &d), (want, None));
         }
         fs::remove_file(&path).unwrap();
-        assert_eq!(classify(p, &d), Outcome::Missing);
+        assert_eq!(classify(p, &d), (Outcome::Missing, None));
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn an_error_says_why() {
+        let d = scratch("error");
+        let p = Pattern::SqliteWal;
+        p.prepare(&d).unwrap();
+        fs::write(d.join(sqlite::DB), vec![0x5a; 8192]).unwrap();
+        let (outcome, why) = classify(p, &d);
+        assert_eq!(outcome, Outcome::Error);
+        assert!(
+            why.as_deref().unwrap_or("").contains("not a database"),
+            "{why:?}"
+        );
+        // A conf that is a directory cannot be read.
+        let p = Pattern::RenameNoFsync;
+        fs::create_dir_all(d.join(FILE)).unwrap();
+        let (outcome, why) = classify(p, &d);
+        assert_eq!(outcome, Outcome::Error);
+        assert!(why.unwrap().starts_with("reading conf"));
         fs::remove_dir_all(&d).unwrap();
     }
 }
