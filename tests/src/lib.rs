@@ -159,6 +159,17 @@ pub fn trace_sh(args: &[&str], json: &Path, script: &str) -> (String, TraceResul
 }
 
 /// fsprof's binary, built next to the test executables (target/<profile>/fsprof).
+/// A small crash study on ext4 (crashed at once, no cost pass) of `patterns`, recorded
+/// in `history`, written to `json`: add arguments (`--label`) and run it.
+pub fn small_crash_study(trials: u32, patterns: &str, history: &str, json: &Path) -> Command {
+    let mut c = Command::new(fsprof_bin());
+    c.args(["crash", "--fs", "ext4", "--at", "now", "--size", "256M"])
+        .args(["--trials", &trials.to_string(), "--pattern", patterns])
+        .args(["--cost-updates", "0", "--history", history, "--json"])
+        .arg(json);
+    c
+}
+
 pub fn fsprof_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().unwrap().parent().unwrap().join("fsprof");

@@ -13,7 +13,7 @@ pub enum CrashVerdict {
     /// The new content was found significantly more often.
     Safer,
     LessSafe,
-    /// The same outcome counts on both sides.
+    /// Every outcome in the same share of the trials on both sides.
     Same,
     /// Different counts, but not significantly so at this many trials.
     Inconclusive,
@@ -98,7 +98,7 @@ pub fn compare<'a>(
         let (bn, nn) = (found_new(b), found_new(n));
         let p = fisher_exact(bn, b.trials() - bn, nn, n.trials() - nn);
         let share = |k: u32, c: &CrashCell| f64::from(k) / f64::from(c.trials().max(1));
-        let verdict = if b.outcomes == n.outcomes {
+        let verdict = if b.same_shares(n) {
             CrashVerdict::Same
         } else if p >= alpha {
             CrashVerdict::Inconclusive

@@ -6,8 +6,12 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Result;
 use clap::Args;
 
-use super::args::{LabArgs, VmArgs, parse_fs};
+use super::{
+    args::{LabArgs, VmArgs, parse_fs},
+    history_cmd::RecordArgs,
+};
 use crate::{
+    history,
     lab::FsKind,
     report,
     results::crash::{CrashPoint, CrashStudy},
@@ -50,6 +54,8 @@ pub struct CrashArgs {
     /// Results file (JSON; a CSV is written beside it).
     #[arg(long, default_value = "fsprof-crash.json")]
     json: PathBuf,
+    #[command(flatten)]
+    record: RecordArgs,
 }
 
 pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
@@ -74,6 +80,7 @@ pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
         lab: a.lab.options(),
         cost_updates: a.cost_updates,
         vm,
+        label: a.record.label.clone(),
     };
     crash::validate(&opts)?;
     let mut last: Option<CrashStudy> = None;
@@ -98,7 +105,13 @@ pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
             html.display()
         );
     }
+    // Recorded last: the study's files are written whatever the history says.
+    let recorded = match (&last, a.record.location()) {
+        (Some(study), Some(location)) => history::crash::record_study(study, location),
+        _ => Ok(()),
+    };
     let study = outcome?;
+    recorded?;
     Ok(if study.cells.iter().any(|c| c.broken_promise()) {
         ExitCode::from(1)
     } else {

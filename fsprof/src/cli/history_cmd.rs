@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 
 use crate::{
     analysis::compare::CompareOptions,
-    history::{self, Filter, History, Location, Recorded, RunRow, trend},
+    history::{self, Filter, History, Location, Recorded, RunRow, crash::CrashRow, trend},
     report::{html::utc, table::table},
 };
 
@@ -23,6 +23,26 @@ pub struct HistoryLocation {
 impl HistoryLocation {
     pub fn open(&self) -> Result<History> {
         History::open(Location::resolve(self.history.as_deref())?)
+    }
+}
+
+/// Whether and where a run or a crash study is recorded, and its name there.
+#[derive(Args, Clone, Default)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub history: HistoryLocation,
+    /// Do not record it in the history.
+    #[arg(long, conflicts_with = "history")]
+    pub no_history: bool,
+    /// A name for it in the history and the results (a branch, a patch, a setting).
+    #[arg(long)]
+    pub label: Option<String>,
+}
+
+impl RecordArgs {
+    /// Where to record, None with --no-history.
+    pub fn location(&self) -> Option<Option<&str>> {
+        (!self.no_history).then_some(self.history.history.as_deref())
     }
 }
 
@@ -106,7 +126,7 @@ pub struct HistoryArgs {
 
 #[derive(Subcommand)]
 enum HistoryCmd {
-    /// The recorded runs, oldest first.
+    /// The recorded runs and crash studies, oldest first.
     List {
         #[command(flatten)]
         filter: HistoryFilter,
@@ -130,12 +150,13 @@ enum HistoryCmd {
         #[command(flatten)]
         filter: HistoryFilter,
     },
-    /// Add results files (e.g. from another machine); a run already there is not added
-    /// twice.
+    /// Add results files or crash studies (e.g. from another machine); one already there
+    /// is not added twice.
     Import { files: Vec<PathBuf> },
-    /// Write a recorded run back out as a results file.
+    /// Write a recorded run (`#3` or `3`) or crash study (`c3`) back out as its file.
     Export {
-        id: i64,
+        #[arg(value_parser = parse_id)]
+        id: RecordedId,
         #[arg(short, long, default_value = "fsprof-results.json")]
         output: PathBuf,
     },
@@ -144,7 +165,18 @@ enum HistoryCmd {
 pub fn history_cmd(a: HistoryArgs) -> Result<ExitCode> {
     let mut h = a.location.open()?;
     match a.cmd {
-        HistoryCmd::List { filter } => print!("{}", list(&h.runs(&filter.filter())?)),
+        HistoryCmd::List { filter } => {
+            let runs = h.runs(&filter.filter())?;
+            let studies = h.crash_studies(&filter.filter())?;
+            // A history of crash studies only does not list "0 runs".
+            if !runs.is_empty() || studies.is_empty() {
+                print!("{}", list(&runs));
+            }
+            if !studies.is_empty() {
+                let gap = if runs.is_empty() { "" } else { "\n" };
+                print!("{gap}{}", list_crash(&studies));
+            }
+        }
         HistoryCmd::Trend {
             step,
             metric,
@@ -153,21 +185,92 @@ pub fn history_cmd(a: HistoryArgs) -> Result<ExitCode> {
             filter,
         } => trend_cmd(&mut h, step, &metric, base_runs, html, &filter)?,
         HistoryCmd::Import { files } => {
-            for (path, done) in history::import(&mut h, &files)? {
+            for (path, done, kind) in history::import(&mut h, &files)? {
+                let name = |id| match kind {
+                    history::Kind::Run => format!("run #{id}"),
+                    history::Kind::Crash => format!("crash study c{id}"),
+                };
                 match done {
-                    Recorded::New(id) => println!("{}: recorded as run #{id}", path.display()),
+                    Recorded::New(id) => println!("{}: recorded as {}", path.display(), name(id)),
                     Recorded::Already(id) => {
-                        println!("{}: already recorded as run #{id}", path.display())
+                        println!("{}: already recorded as {}", path.display(), name(id))
                     }
                 }
             }
         }
         HistoryCmd::Export { id, output } => {
-            history::export(&mut h, id, &output)?;
-            eprintln!("fsprof: run #{id} written to {}", output.display());
+            match id {
+                RecordedId::Run(id) => history::export(&mut h, id, &output)?,
+                RecordedId::Crash(id) => h.crash_study(id)?.save(&output)?,
+            }
+            eprintln!("fsprof: {id} written to {}", output.display());
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A recorded run or crash study, as `list` shows it.
+#[derive(Clone, Copy)]
+enum RecordedId {
+    Run(i64),
+    Crash(i64),
+}
+
+impl std::fmt::Display for RecordedId {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            RecordedId::Run(id) => write!(f, "run #{id}"),
+            RecordedId::Crash(id) => write!(f, "crash study c{id}"),
+        }
+    }
+}
+
+/// `#3` or `3`: run 3; `c3`: crash study 3.
+fn parse_id(s: &str) -> Result<RecordedId, String> {
+    let number = |t: &str| t.parse::<i64>().ok();
+    match s.strip_prefix('c') {
+        Some(t) => number(t).map(RecordedId::Crash),
+        None => number(s.strip_prefix('#').unwrap_or(s)).map(RecordedId::Run),
+    }
+    .ok_or_else(|| format!("'{s}' is not a run (#3) or a crash study (c3)"))
+}
+
+fn list_crash(studies: &[CrashRow]) -> String {
+    let rows: Vec<Vec<String>> = studies
+        .iter()
+        .map(|r| {
+            vec![
+                format!("c{}", r.id),
+                utc(r.started as u64),
+                r.kernel.clone(),
+                r.label.clone(),
+                r.patterns.clone(),
+                r.filesystems.clone(),
+                r.trials.to_string(),
+                r.accel.clone(),
+                r.host.clone(),
+                if r.complete { "" } else { "partial" }.to_string(),
+            ]
+        })
+        .collect();
+    let header = [
+        "study",
+        "started",
+        "kernel",
+        "label",
+        "patterns",
+        "filesystems",
+        "trials",
+        "on",
+        "host",
+        "",
+    ];
+    format!(
+        "{} crash stud{}\n{}",
+        studies.len(),
+        if studies.len() == 1 { "y" } else { "ies" },
+        table(&header, &rows)
+    )
 }
 
 fn list(runs: &[RunRow]) -> String {

@@ -108,7 +108,8 @@ pub struct CompareArgs {
     new: Option<String>,
     /// Take the base from the history: the last N complete runs of the same configuration
     /// as the one results file given (suite, scale, steps, filesystems and options, host),
-    /// narrowed by the filters below.
+    /// narrowed by the filters below; for a crash study, the last N crash studies of its
+    /// configuration, their trials pooled.
     #[arg(long, value_name = "N", conflicts_with = "by")]
     past: Option<usize>,
     #[command(flatten)]
@@ -221,22 +222,30 @@ pub fn compare_cmd(a: CompareArgs) -> Result<ExitCode> {
     })
 }
 
-/// `compare` of two crash studies; None when the files are runs' results.
+/// `compare` of two crash studies, or of one against its past in the history; None when
+/// the files are runs' results.
 fn compare_crash_studies(a: &CompareArgs) -> Result<Option<ExitCode>> {
-    let Some(new) = &a.new else {
-        return Ok(None);
-    };
     if a.base.contains(',') {
         return Ok(None);
     }
-    let results::Saved::Crash(base) = results::Saved::load(Path::new(&a.base))? else {
+    let results::Saved::Crash(first) = results::Saved::load(Path::new(&a.base))? else {
         return Ok(None);
     };
-    let results::Saved::Crash(new) = results::Saved::load(Path::new(new))? else {
-        bail!(
-            "{} is a crash study and {new} a run's results: compare two of a kind",
+    let (base, new) = match (&a.new, a.past) {
+        (Some(new), _) => {
+            let results::Saved::Crash(new) = results::Saved::load(Path::new(new))? else {
+                bail!(
+                    "{} is a crash study and {new} a run's results: compare two of a kind",
+                    a.base
+                );
+            };
+            (*first, *new)
+        }
+        (None, Some(n)) => (crash_past(a, &first, n)?, *first),
+        (None, None) => bail!(
+            "{} is a crash study: it has no kernel axis to compare along",
             a.base
-        );
+        ),
     };
     if a.json.is_some() || a.html.is_some() || a.all {
         bail!("a comparison of crash studies prints its table only: no --json, --html or --all");
@@ -250,6 +259,43 @@ fn compare_crash_studies(a: &CompareArgs) -> Result<Option<ExitCode>> {
     Ok(Some(ExitCode::from(u8::from(
         a.fail_on_regression && less_safe,
     ))))
+}
+
+/// The last `n` complete crash studies of `new`'s configuration before it, pooled.
+fn crash_past(
+    a: &CompareArgs,
+    new: &results::crash::CrashStudy,
+    n: usize,
+) -> Result<results::crash::CrashStudy> {
+    let mut h = a.history.open()?;
+    let row = history::crash::CrashRow::of(new);
+    let filter = Filter {
+        before: Some(h.crash_place_of(&row)?),
+        except_uid: Some(row.uid),
+        config: Some(row.config),
+        complete_only: true,
+        last: Some(n),
+        ..a.past_filter.filter()
+    };
+    let rows = h.crash_studies(&filter)?;
+    if rows.is_empty() {
+        bail!(
+            "the history {} has no complete crash study of the same configuration as {} ({}) to compare with",
+            h.location.describe(),
+            a.base,
+            filter.config.unwrap_or_default()
+        );
+    }
+    let picked: Vec<(String, i64, &str)> = rows
+        .iter()
+        .map(|r| (format!("c{}", r.id), r.started, r.kernel.as_str()))
+        .collect();
+    say_base(&h, ("crash study", "crash studies"), &picked);
+    let studies = rows
+        .iter()
+        .map(|r| h.crash_study(r.id))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(results::crash::CrashStudy::pool(&studies).expect("at least one study"))
 }
 
 /// Results and where they came from (a path, or `history#ID`).
@@ -278,22 +324,31 @@ fn past_pair(a: &CompareArgs) -> Result<(Files, Files)> {
             filter.config.unwrap_or_default()
         );
     }
-    let ids: Vec<String> = rows.iter().map(|r| format!("#{}", r.id)).collect();
-    eprintln!(
-        "fsprof: base from the history {}: {} run{} ({}), {} to {}, kernel {}",
-        h.location.describe(),
-        rows.len(),
-        if rows.len() == 1 { "" } else { "s" },
-        ids.join(" "),
-        utc(rows[0].started as u64),
-        utc(rows[rows.len() - 1].started as u64),
-        distinct(rows.iter().map(|r| r.kernel.as_str())).join(", ")
-    );
+    let picked: Vec<(String, i64, &str)> = rows
+        .iter()
+        .map(|r| (format!("#{}", r.id), r.started, r.kernel.as_str()))
+        .collect();
+    say_base(&h, ("run", "runs"), &picked);
     let base = rows
         .iter()
         .map(|r| Ok((PathBuf::from(format!("history#{}", r.id)), h.results(r.id)?)))
         .collect::<Result<Vec<_>>>()?;
     Ok((base, vec![(path, new)]))
+}
+
+/// One line on stderr: which recorded (id, started, kernel) `--past` took as the base.
+fn say_base(h: &history::History, (one, many): (&str, &str), picked: &[(String, i64, &str)]) {
+    let ids: Vec<&str> = picked.iter().map(|p| p.0.as_str()).collect();
+    eprintln!(
+        "fsprof: base from the history {}: {} {} ({}), {} to {}, kernel {}",
+        h.location.describe(),
+        picked.len(),
+        if picked.len() == 1 { one } else { many },
+        ids.join(" "),
+        utc(picked[0].1 as u64),
+        utc(picked[picked.len() - 1].1 as u64),
+        distinct(picked.iter().map(|p| p.2)).join(", ")
+    );
 }
 
 fn distinct<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {

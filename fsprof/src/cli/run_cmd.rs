@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::{
     args::{StackArgs, TimelineArgs, VmArgs, parse_fs, parse_pgbench, parse_size, per_fs},
-    history_cmd::HistoryLocation,
+    history_cmd::RecordArgs,
     results_cmds::write_html,
 };
 use crate::{
@@ -89,13 +89,7 @@ pub struct RunArgs {
     #[arg(long, short)]
     verbose: bool,
     #[command(flatten)]
-    history: HistoryLocation,
-    /// Do not record the run in the history.
-    #[arg(long, conflicts_with = "history")]
-    no_history: bool,
-    /// A name for the run in the history and the results (a branch, a patch, a setting).
-    #[arg(long)]
-    label: Option<String>,
+    record: RecordArgs,
     /// Stop at the first step that fails (by default the cell is marked failed, with the
     /// steps of its pass that need it, and the run goes on).
     #[arg(long)]
@@ -129,8 +123,8 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
         write_outputs(&a, result, &opts.flames_dir)?;
     }
     // Recorded last: the results files are written whatever the history says.
-    let recorded = match (&outcome.result, a.no_history) {
-        (Some(result), false) => history::record_run(result, a.history.history.as_deref()),
+    let recorded = match (&outcome.result, a.record.location()) {
+        (Some(result), Some(location)) => history::record_run(result, location),
         _ => Ok(()),
     };
     let failed = outcome.result.as_ref().map_or(0, |r| r.failures().len());
@@ -204,7 +198,7 @@ fn run_options(a: &RunArgs) -> Result<RunOptions> {
         timeline_dir: a.timeline.clone(),
         timeline: a.timeline_args.options(a.timeline.is_some()),
         draw_cells: !a.no_cell_graphs,
-        label: a.label.clone(),
+        label: a.record.label.clone(),
         fail_fast: a.fail_fast,
     })
 }

@@ -3,6 +3,7 @@
 //! whole results and every figure of every pass, so a new run compares against its own past
 //! and a figure's trend shows over runs and kernels.
 
+pub mod crash;
 pub mod sql;
 pub mod trend;
 
@@ -17,11 +18,12 @@ use crate::{
 use sql::{Db, Type, Value};
 
 /// Version of the history's tables. A newer fsprof migrates an older store (`MIGRATIONS`);
-/// an older fsprof refuses a newer one.
-pub const SCHEMA_VERSION: i64 = 1;
+/// an older fsprof refuses a newer one. 2: crash studies.
+pub const SCHEMA_VERSION: i64 = 2;
 
-/// SQL that takes a store from version i + 1 to i + 2, by i (none yet).
-const MIGRATIONS: &[&str] = &[];
+/// SQL that takes a store from version i + 1 to i + 2, by i. New tables are not here:
+/// set-up creates every table that does not exist yet, in a new store or an old one.
+const MIGRATIONS: &[&str] = &[""];
 
 /// The environment variable that names the store when `--history` does not.
 pub const HISTORY_ENV: &str = "FSPROF_HISTORY";
@@ -106,6 +108,9 @@ pub struct RunRow {
     pub passes: i64,
     pub complete: bool,
 }
+
+/// The table of runs.
+const RUNS: &str = "fsprof_runs";
 
 const RUN_COLUMNS: &str = "id, uid, started, config, suite, scale, steps, filesystems, kernel, \
      kernel_build, accel, host, cpus, fsprof_version, label, passes, complete";
@@ -200,6 +205,14 @@ pub fn config_of(r: &RunResult) -> String {
     )
 }
 
+/// When a row is recorded, Unix time.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
 /// Which recorded runs a command wants.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
@@ -218,6 +231,64 @@ pub struct Filter {
     pub before: Option<(i64, i64)>,
     /// The newest this many (after the others).
     pub last: Option<usize>,
+}
+
+impl Filter {
+    /// The WHERE clause and its parameters, on the columns runs and crash studies share
+    /// (`suite` only where the table has one).
+    fn sql(&self, has_suite: bool) -> (String, Vec<Value>) {
+        let mut conds: Vec<String> = Vec::new();
+        let mut params: Vec<Value> = Vec::new();
+        let mut eq = |col: &str, v: &Option<String>| {
+            if let Some(v) = v {
+                params.push(v.as_str().into());
+                conds.push(format!("{col} = ${}", params.len()));
+            }
+        };
+        eq("config", &self.config);
+        if has_suite {
+            eq("suite", &self.suite);
+        }
+        eq("kernel", &self.kernel);
+        eq("label", &self.label);
+        eq("host", &self.host);
+        if let Some(uid) = &self.except_uid {
+            params.push(uid.as_str().into());
+            conds.push(format!("uid <> ${}", params.len()));
+        }
+        if let Some(fs) = &self.fs {
+            // A member of the comma-separated list.
+            params.push(format!("%,{fs},%").into());
+            conds.push(format!(
+                "(',' || filesystems || ',') LIKE ${}",
+                params.len()
+            ));
+        }
+        if let Some(t) = self.since {
+            params.push(t.into());
+            conds.push(format!("started >= ${}", params.len()));
+        }
+        if self.complete_only {
+            conds.push("complete = 1".to_string());
+        }
+        let filter = if conds.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", conds.join(" AND "))
+        };
+        (filter, params)
+    }
+
+    /// `before` and `last` on rows in (started, id) order.
+    fn trim<T>(&self, mut rows: Vec<T>, place: fn(&T) -> (i64, i64)) -> Vec<T> {
+        if let Some(b) = self.before {
+            rows.retain(|r| place(r) < b);
+        }
+        if let Some(n) = self.last {
+            rows.drain(..rows.len().saturating_sub(n));
+        }
+        rows
+    }
 }
 
 /// What `record` did.
@@ -272,7 +343,9 @@ impl History {
                 run_id {int} NOT NULL REFERENCES fsprof_runs (id) ON DELETE CASCADE,
                 cell TEXT NOT NULL, step TEXT NOT NULL, metric TEXT NOT NULL,
                 pass {int} NOT NULL, value {real} NOT NULL);
-             CREATE INDEX IF NOT EXISTS fsprof_figures_run ON fsprof_figures (run_id, step, metric);"
+             CREATE INDEX IF NOT EXISTS fsprof_figures_run ON fsprof_figures (run_id, step, metric);
+             {}",
+            crash::tables(id, int)
         ))?;
         let version = self
             .db
@@ -299,7 +372,10 @@ impl History {
 
     fn migrate(&mut self, from: i64) -> Result<()> {
         for v in from..SCHEMA_VERSION {
-            self.db.batch(MIGRATIONS[(v - 1) as usize])?;
+            let sql = MIGRATIONS[(v - 1) as usize];
+            if !sql.is_empty() {
+                self.db.batch(sql)?;
+            }
         }
         if from < SCHEMA_VERSION {
             self.db.exec(
@@ -340,13 +416,9 @@ impl History {
         row: &RunRow,
         results: String,
     ) -> Result<Recorded> {
-        if let Some(id) = self.id_of(&row.uid)? {
+        if let Some(id) = self.id_of(RUNS, &row.uid)? {
             return Ok(Recorded::Already(id));
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
         let id = self.db.query(
             "INSERT INTO fsprof_runs (uid, recorded, started, config, suite, scale, steps,
                 filesystems, kernel, kernel_build, accel, host, cpus, fsprof_version, label,
@@ -355,7 +427,7 @@ impl History {
              RETURNING id",
             &[
                 row.uid.as_str().into(),
-                now.into(),
+                unix_now().into(),
                 row.started.into(),
                 row.config.as_str().into(),
                 row.suite.as_str().into(),
@@ -379,12 +451,41 @@ impl History {
         Ok(Recorded::New(id))
     }
 
-    fn id_of(&mut self, uid: &str) -> Result<Option<i64>> {
+    /// The id of the row of `table` recorded under `uid`.
+    fn id_of(&mut self, table: &str, uid: &str) -> Result<Option<i64>> {
         Ok(self
             .db
-            .query("SELECT id FROM fsprof_runs WHERE uid = $1", &[uid.into()])?
+            .query(
+                &format!("SELECT id FROM {table} WHERE uid = $1"),
+                &[uid.into()],
+            )?
             .first()
             .map(|r| r[0].int()))
+    }
+
+    /// Where the rows of `table` before the one recorded as `uid` end: its own place if
+    /// recorded, else its start.
+    fn place(&mut self, table: &str, uid: &str, started: i64) -> Result<(i64, i64)> {
+        Ok(match self.id_of(table, uid)? {
+            Some(id) => (started, id),
+            None => (started, i64::MAX),
+        })
+    }
+
+    /// The rows of `table` (`columns`, made by `from_row`) the filter lets through, oldest
+    /// first.
+    fn listed<T>(
+        &mut self,
+        table: &str,
+        columns: &str,
+        f: &Filter,
+        from_row: fn(&[Value]) -> T,
+        place: fn(&T) -> (i64, i64),
+    ) -> Result<Vec<T>> {
+        let (filter, params) = f.sql(table == RUNS);
+        let sql = format!("SELECT {columns} FROM {table} {filter} ORDER BY started, id");
+        let rows = self.db.query(&sql, &params)?;
+        Ok(f.trim(rows.iter().map(|r| from_row(r)).collect(), place))
     }
 
     /// Every figure compare judges, per pass, as rows (cell, step, metric, pass, value).
@@ -408,24 +509,28 @@ impl History {
                 }
             }
         }
-        // Many rows per statement: one round trip per 150 rows to a server.
+        let columns = ["run_id", "cell", "step", "metric", "pass", "value"];
+        self.insert_many("fsprof_figures", &columns, &rows)
+    }
+
+    /// Inserts `rows` (one value per column each), many rows per statement: one round trip
+    /// per 150 rows to a server.
+    fn insert_many<const N: usize>(
+        &mut self,
+        table: &str,
+        columns: &[&str; N],
+        rows: &[[Value; N]],
+    ) -> Result<()> {
         for chunk in rows.chunks(150) {
             let values: Vec<String> = (0..chunk.len())
                 .map(|i| {
-                    let b = i * 6;
-                    format!(
-                        "(${}, ${}, ${}, ${}, ${}, ${})",
-                        b + 1,
-                        b + 2,
-                        b + 3,
-                        b + 4,
-                        b + 5,
-                        b + 6
-                    )
+                    let marks: Vec<String> = (1..=N).map(|c| format!("${}", i * N + c)).collect();
+                    format!("({})", marks.join(", "))
                 })
                 .collect();
             let sql = format!(
-                "INSERT INTO fsprof_figures (run_id, cell, step, metric, pass, value) VALUES {}",
+                "INSERT INTO {table} ({}) VALUES {}",
+                columns.join(", "),
                 values.join(", ")
             );
             let params: Vec<Value> = chunk.iter().flat_map(|r| r.iter().cloned()).collect();
@@ -436,65 +541,14 @@ impl History {
 
     /// Recorded runs the filter lets through, oldest first.
     pub fn runs(&mut self, f: &Filter) -> Result<Vec<RunRow>> {
-        let mut conds: Vec<String> = Vec::new();
-        let mut params: Vec<Value> = Vec::new();
-        let mut eq = |col: &str, v: &Option<String>| {
-            if let Some(v) = v {
-                params.push(v.as_str().into());
-                conds.push(format!("{col} = ${}", params.len()));
-            }
-        };
-        eq("config", &f.config);
-        eq("suite", &f.suite);
-        eq("kernel", &f.kernel);
-        eq("label", &f.label);
-        eq("host", &f.host);
-        if let Some(uid) = &f.except_uid {
-            params.push(uid.as_str().into());
-            conds.push(format!("uid <> ${}", params.len()));
-        }
-        if let Some(fs) = &f.fs {
-            // A member of the comma-separated list.
-            params.push(format!("%,{fs},%").into());
-            conds.push(format!(
-                "(',' || filesystems || ',') LIKE ${}",
-                params.len()
-            ));
-        }
-        if let Some(t) = f.since {
-            params.push(t.into());
-            conds.push(format!("started >= ${}", params.len()));
-        }
-        if f.complete_only {
-            conds.push("complete = 1".to_string());
-        }
-        let filter = if conds.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", conds.join(" AND "))
-        };
-        let sql = format!("SELECT {RUN_COLUMNS} FROM fsprof_runs {filter} ORDER BY started, id");
-        let mut rows: Vec<RunRow> = self
-            .db
-            .query(&sql, &params)?
-            .iter()
-            .map(|r| RunRow::from_row(r))
-            .collect();
-        if let Some(b) = f.before {
-            rows.retain(|r| (r.started, r.id) < b);
-        }
-        if let Some(n) = f.last {
-            rows.drain(..rows.len().saturating_sub(n));
-        }
-        Ok(rows)
+        self.listed(RUNS, RUN_COLUMNS, f, RunRow::from_row, |r| {
+            (r.started, r.id)
+        })
     }
 
     /// Where the runs before `r` end: its own place if recorded, else its start.
     pub fn place_of(&mut self, r: &RunRow) -> Result<(i64, i64)> {
-        Ok(match self.id_of(&r.uid)? {
-            Some(id) => (r.started, id),
-            None => (r.started, i64::MAX),
-        })
+        self.place(RUNS, &r.uid, r.started)
     }
 
     pub fn run(&mut self, id: i64) -> Result<RunRow> {
@@ -578,13 +632,23 @@ pub fn record_run(r: &RunResult, location: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// Adds results files to the history; a file's flame graphs stay where the file is.
-pub fn import(h: &mut History, files: &[PathBuf]) -> Result<Vec<(PathBuf, Recorded)>> {
+/// What a recorded file holds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    Run,
+    Crash,
+}
+
+/// Adds results files and crash studies to the history; a file's flame graphs stay where
+/// the file is.
+pub fn import(h: &mut History, files: &[PathBuf]) -> Result<Vec<(PathBuf, Recorded, Kind)>> {
     files
         .iter()
         .map(|p| {
-            let r = RunResult::load(p)?;
-            Ok((p.clone(), h.record(&r)?))
+            Ok(match crate::results::Saved::load(p)? {
+                crate::results::Saved::Run(r) => (p.clone(), h.record(&r)?, Kind::Run),
+                crate::results::Saved::Crash(s) => (p.clone(), h.record_crash(&s)?, Kind::Crash),
+            })
         })
         .collect()
 }

@@ -171,3 +171,122 @@ fn server_addresses_lose_their_credentials() {
     ));
     assert!(matches!(Location::parse("h.sqlite"), Location::Sqlite(_)));
 }
+
+/// A crash study of one ext4 cell: `new` trials of `of` found the new content.
+fn study(
+    id: &str,
+    started: u64,
+    kernel: &str,
+    new: u32,
+    of: u32,
+) -> crate::results::crash::CrashStudy {
+    use crate::{
+        results::crash::{CrashCell, CrashPoint, CrashStudy},
+        workload::crash::{Outcome, Pattern},
+    };
+    CrashStudy {
+        schema_version: crate::results::crash::CRASH_SCHEMA_VERSION,
+        study_id: id.into(),
+        kernel: kernel.into(),
+        host: "box".into(),
+        started,
+        trials: of,
+        complete: true,
+        cells: vec![CrashCell {
+            fs: "xfs".into(),
+            mkfs_opts: String::new(),
+            mount_opts: String::new(),
+            method: "shutdown-ioctl".into(),
+            pattern: Pattern::RenameNoFsync,
+            point: CrashPoint::AfterCommit,
+            wait_ns: 31_000_000_000,
+            durable: false,
+            outcomes: [(Outcome::New, new), (Outcome::Old, of - new)]
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            recovery_ns: vec![10_000_000; of as usize],
+            fsck_ns: vec![20_000_000; of as usize],
+            fsck_unclean: 0,
+            fsck_detail: None,
+            error_detail: None,
+        }],
+        ..CrashStudy::default()
+    }
+}
+
+#[test]
+fn crash_studies_are_recorded_once_beside_runs_and_pool_into_one_base() {
+    use crate::{results::crash::CrashStudy, workload::crash::Outcome};
+    let s = Scratch::new("crash");
+    let mut h = History::open(s.db()).unwrap();
+    h.record(&run("a", 100, "6.18", &[1000])).unwrap();
+    let (a, b) = (
+        study("sa", 110, "6.1", 2, 5),
+        study("sb", 120, "6.18", 3, 5),
+    );
+    let Recorded::New(ia) = h.record_crash(&a).unwrap() else {
+        panic!("a was new")
+    };
+    assert!(matches!(h.record_crash(&b).unwrap(), Recorded::New(_)));
+    assert!(matches!(h.record_crash(&a).unwrap(), Recorded::Already(i) if i == ia));
+    assert_eq!(h.runs(&Filter::default()).unwrap().len(), 1, "runs apart");
+    let all = h.crash_studies(&Filter::default()).unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].config, all[1].config, "the kernel is not in the key");
+    assert!(
+        all[0].config.contains("fs=xfs[mkfs:|mount:]"),
+        "{}",
+        all[0].config
+    );
+    let suite = Filter {
+        suite: Some("quick".into()),
+        ..Filter::default()
+    };
+    assert!(h.crash_studies(&suite).unwrap().is_empty());
+    // Outcome rows: one per cell and outcome, summing to the cell's trials.
+    assert_eq!(h.crash_outcome_total(ia, Outcome::New).unwrap(), 2);
+    assert_eq!(h.crash_outcome_total(ia, Outcome::Old).unwrap(), 3);
+    assert_eq!(h.crash_outcome_total(ia, Outcome::Mixed).unwrap(), 0);
+    // The whole study comes back; pooled with the other, its trials add up.
+    let back = h.crash_study(ia).unwrap();
+    assert_eq!(
+        serde_json::to_value(&back).unwrap(),
+        serde_json::to_value(&a).unwrap()
+    );
+    let pooled = CrashStudy::pool(&[back, b.clone()]).unwrap();
+    let cell = &pooled.cells[0];
+    assert_eq!((cell.trials(), cell.outcomes[&Outcome::New]), (10, 5));
+    assert_eq!(cell.fsck_ns.len(), 10);
+    assert_eq!((pooled.kernel.as_str(), pooled.trials), ("6.18", 10));
+    // 5 of 10 against 1 of 2: the same shares.
+    assert!(cell.same_shares(&study("sc", 130, "6.18", 1, 2).cells[0]));
+    assert!(!cell.same_shares(&b.cells[0]));
+}
+
+#[test]
+fn a_version_1_store_gains_the_crash_tables() {
+    let s = Scratch::new("migrate");
+    let mut h = History::open(s.db()).unwrap();
+    h.record(&run("a", 100, "6.18", &[1000])).unwrap();
+    // What fsprof before crash studies left: version 1, no crash tables.
+    h.db.batch(
+        "DROP TABLE fsprof_crash_outcomes; DROP TABLE fsprof_crash_studies;
+         UPDATE fsprof_meta SET value = '1' WHERE key = 'schema_version'",
+    )
+    .unwrap();
+    drop(h);
+    let mut h = History::open(s.db()).unwrap();
+    let version =
+        h.db.query(
+            "SELECT value FROM fsprof_meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(version[0][0].text(), SCHEMA_VERSION.to_string());
+    assert_eq!(h.runs(&Filter::default()).unwrap().len(), 1);
+    assert!(matches!(
+        h.record_crash(&study("s", 110, "6.18", 1, 1)).unwrap(),
+        Recorded::New(1)
+    ));
+}

@@ -40,6 +40,12 @@ impl CrashPoint {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CrashStudy {
     pub schema_version: u32,
+    /// Random id: the history records a study once however often it is imported.
+    #[serde(default)]
+    pub study_id: String,
+    /// A name for the study in the history and the results (a kernel patch, a setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     pub fsprof_version: String,
     pub kernel: String,
     /// `uname -v` of the kernel the filesystems ran on.
@@ -125,6 +131,26 @@ impl CrashCost {
 }
 
 impl CrashStudy {
+    /// Several studies of one configuration as one (`compare --past`): each cell's trials
+    /// summed (they are independent draws of the same cell), the newest study's facts and
+    /// costs (one traced pass each, shown and not tested).
+    pub fn pool(studies: &[CrashStudy]) -> Option<CrashStudy> {
+        let (newest, _) = studies.split_last()?;
+        let mut out = CrashStudy {
+            cells: Vec::new(),
+            trials: studies.iter().map(|s| s.trials).sum(),
+            complete: studies.iter().all(|s| s.complete),
+            ..newest.clone()
+        };
+        for c in studies.iter().flat_map(|s| &s.cells) {
+            match out.cells.iter_mut().find(|o| o.same_cell(c)) {
+                Some(o) => o.absorb(c),
+                None => out.cells.push(c.clone()),
+            }
+        }
+        Some(out)
+    }
+
     /// Writes the study atomically: an interrupted write leaves the previous file.
     pub fn save(&self, path: &Path) -> Result<()> {
         crate::os::write_atomic(path, &(serde_json::to_string_pretty(self)? + "\n"))
@@ -162,6 +188,39 @@ pub struct CrashCell {
 }
 
 impl CrashCell {
+    /// The same filesystem, options, crash method, pattern and crash point.
+    fn same_cell(&self, o: &CrashCell) -> bool {
+        (&self.fs, &self.mkfs_opts, &self.mount_opts, &self.method)
+            == (&o.fs, &o.mkfs_opts, &o.mount_opts, &o.method)
+            && (self.pattern, self.point) == (o.pattern, o.point)
+    }
+
+    /// Adds the trials of another study's same cell.
+    fn absorb(&mut self, o: &CrashCell) {
+        for (&k, &n) in &o.outcomes {
+            *self.outcomes.entry(k).or_default() += n;
+        }
+        self.wait_ns = self.wait_ns.max(o.wait_ns);
+        self.recovery_ns.extend(&o.recovery_ns);
+        self.fsck_ns.extend(&o.fsck_ns);
+        self.fsck_unclean += o.fsck_unclean;
+        if self.fsck_detail.is_none() {
+            self.fsck_detail.clone_from(&o.fsck_detail);
+        }
+        if self.error_detail.is_none() {
+            self.error_detail.clone_from(&o.error_detail);
+        }
+    }
+
+    /// Each outcome's share of the trials is the same in both cells.
+    pub fn same_shares(&self, o: &CrashCell) -> bool {
+        let (t, ot) = (u64::from(self.trials()), u64::from(o.trials()));
+        Outcome::ALL.iter().all(|k| {
+            let n = |c: &CrashCell| u64::from(c.outcomes.get(k).copied().unwrap_or(0));
+            n(self) * ot == n(o) * t
+        })
+    }
+
     pub fn trials(&self) -> u32 {
         self.outcomes.values().sum()
     }

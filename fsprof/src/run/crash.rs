@@ -37,6 +37,8 @@ pub struct CrashOptions {
     pub cost_updates: u32,
     /// Crash by cutting this VM's power instead of the host's shutdown ioctl.
     pub vm: Option<super::crash_vm::CrashVm>,
+    /// The study's name in the history and the results.
+    pub label: Option<String>,
 }
 
 /// One pattern's filesystem in a trial, and when its update returned.
@@ -68,6 +70,8 @@ pub fn study(
 ) -> Result<CrashStudy> {
     let mut out = CrashStudy {
         schema_version: CRASH_SCHEMA_VERSION,
+        study_id: crate::os::random_id(),
+        label: opts.label.clone(),
         fsprof_version: env!("CARGO_PKG_VERSION").into(),
         kernel: crate::os::kernel_release(),
         kernel_build: crate::os::kernel_build(),

@@ -29,6 +29,7 @@ fn options(fs: &[FsKind], points: &[CrashPoint], trials: u32, mount_opts: &str) 
         },
         cost_updates: 0,
         vm: None,
+        label: None,
     }
 }
 
@@ -209,6 +210,91 @@ pub fn cost_pass_counts_the_syncs_each_pattern_makes() {
     assert!(
         err.lines().count() == 1 && err.contains("is a crash study"),
         "{err}"
+    );
+}
+
+/// Two real studies recorded into a history of their own: listed with their label, the
+/// second compared with the first as its past (one line says which), the outcome rows the
+/// same as the file's counts, the first exported back as it was written, and an import of
+/// it not recorded twice.
+pub fn crash_studies_are_recorded_and_compared_with_their_past() {
+    let dir = TempDir::new("crash-history");
+    let history = dir.0.join("h.sqlite");
+    let fsprof = |args: &[&str]| {
+        let out = Command::new(fsprof_bin())
+            .args(args)
+            .arg("--history")
+            .arg(&history)
+            .output()
+            .unwrap();
+        assert_success(&out);
+        out
+    };
+    let study = |name: &str| {
+        let json = dir.0.join(name);
+        let patterns = "rename-no-fsync,rename-fsync-dir";
+        let out = small_crash_study(2, patterns, history.to_str().unwrap(), &json)
+            .args(["--label", name])
+            .output()
+            .unwrap();
+        assert_success(&out);
+        (json, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (a, err_a) = study("a.json");
+    assert!(
+        err_a.contains("recorded as crash study c1 in the history"),
+        "{err_a}"
+    );
+    let (b, err_b) = study("b.json");
+    assert!(err_b.contains("recorded as crash study c2"), "{err_b}");
+    let list = fsprof(&["history", "list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(text.contains("2 crash studies"), "{text}");
+    assert!(text.contains("a.json") && text.contains("b.json"), "{text}");
+    // b against its past: only a (b itself is left out), every cell tested.
+    let cmp = fsprof(&[
+        "compare",
+        "--past",
+        "5",
+        b.to_str().unwrap(),
+        "--fail-on-regression",
+    ]);
+    let err = String::from_utf8_lossy(&cmp.stderr);
+    assert!(err.contains("1 crash study (c1)"), "{err}");
+    let table = String::from_utf8_lossy(&cmp.stdout);
+    let rows = table.lines().filter(|l| l.starts_with("  ext4 ")).count();
+    assert_eq!(rows, 2, "{table}");
+    // The durable pattern found the new content in both trials of both studies.
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("rename-fsync-dir") && l.contains("2/2") && l.ends_with("same")),
+        "{table}"
+    );
+    // The store's outcome rows are the file's counts.
+    let saved: CrashStudy = serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
+    let mut h =
+        fsprof::history::History::open(fsprof::history::Location::Sqlite(history.clone())).unwrap();
+    for o in Outcome::ALL {
+        let in_file: u32 = saved.cells.iter().filter_map(|c| c.outcomes.get(o)).sum();
+        assert_eq!(
+            h.crash_outcome_total(1, *o).unwrap(),
+            i64::from(in_file),
+            "{o:?}"
+        );
+    }
+    drop(h);
+    let back = dir.0.join("back.json");
+    fsprof(&["history", "export", "c1", "-o", back.to_str().unwrap()]);
+    let value = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    assert_eq!(value(&back), value(&a));
+    let again = fsprof(&["history", "import", a.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        text.contains("already recorded as crash study c1"),
+        "{text}"
     );
 }
 

@@ -11,7 +11,7 @@ use fsprof::{
     results::RunResult,
     workload::pgbench::PgServer,
 };
-use fsprof_tests::{TempDir, assert_success, fsprof_bin};
+use fsprof_tests::{TempDir, assert_success, fsprof_bin, small_crash_study};
 
 /// `fsprof ARGS`, its output.
 fn fsprof(args: &[&str]) -> Output {
@@ -277,6 +277,21 @@ pub fn two_machines_record_into_one_postgres_without_showing_its_password() {
             "run #{id}: {n} rows, {expected} expected"
         );
     }
+    // A crash study goes to the same server, its outcome rows the file's counts.
+    let json = dir.0.join("crash.json");
+    let crash = small_crash_study(1, "rename-fsync-dir", &url, &json)
+        .output()
+        .unwrap();
+    assert_success(&crash);
+    assert!(text(&crash.stderr).contains("recorded as crash study c1"));
+    let study: fsprof::results::crash::CrashStudy =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let new = fsprof::workload::crash::Outcome::New;
+    let in_file = study.cells[0].outcomes.get(&new).copied().unwrap_or(0);
+    assert_eq!(
+        shared.crash_outcome_total(1, new).unwrap(),
+        i64::from(in_file)
+    );
     drop(shared);
     drop(server);
 }

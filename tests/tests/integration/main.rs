@@ -42,6 +42,7 @@ fn main() {
         root crash::shutdown_keeps_durable_updates_and_loses_uncommitted_ones,
         root crash::after_the_commit_interval_ext4_has_committed_the_rename,
         root crash::cost_pass_counts_the_syncs_each_pattern_makes,
+        root crash::crash_studies_are_recorded_and_compared_with_their_past,
         root crash::a_filesystem_the_host_cannot_crash_is_a_one_line_error,
         root crash::sigint_mid_crash_study_leaves_nothing_and_a_partial_file,
         root history::runs_are_recorded_compared_with_their_past_and_trended,
