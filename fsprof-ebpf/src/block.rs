@@ -5,19 +5,24 @@
 //! Devices userspace gave a slot keep their statistics and histograms in per-CPU arrays;
 //! others (a disk that appeared during the trace) in the hashes.
 
+use core::ffi::c_void;
+
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
+    helpers::generated,
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use fsprof_common::{
-    BLOCK_CLASSES, BlockClass, BlockKey, BlockStats, CpuKey, HistKind, Lost, MAX_BLOCK_KEYS,
-    MAX_BLOCK_SLOTS, MAX_FILTER_DEVS, MAX_INFLIGHT_REQUESTS, MAX_INFLIGHT_SLOTS, NO_ROW, Program,
-    RequestTimes, block_row, inflight_index,
+    BLOCK_CLASSES, BlockClass, BlockKey, BlockStats, CpuKey, HistKind, INFLIGHT_TAGS, Lost,
+    MAX_BLOCK_KEYS, MAX_BLOCK_SLOTS, MAX_FILTER_DEVS, MAX_INFLIGHT_REQUESTS, MAX_INFLIGHT_SLOTS,
+    NO_ROW, Program, RequestTimes, block_row, inflight_index,
 };
 
-use crate::common::{btf_read, conf, entry_or_lost, hist_add_row, lost, now, ran, row_at};
+use crate::common::{
+    btf_read, conf, entry_or_lost, hist_add_row, lost, now, ran, read_kernel, row_at,
+};
 
 #[map]
 static BLOCK: HashMap<CpuKey<BlockKey>, BlockStats> = HashMap::with_max_entries(MAX_BLOCK_KEYS, 0);
@@ -89,9 +94,10 @@ pub(crate) fn watched_dev(rq: *const u8) -> Option<(u32, u32)> {
     (slot != FILTERED).then_some((dev, slot))
 }
 
-/// Where a request in flight is kept.
+/// Where a request in flight is kept: INFLIGHT's entry (and the driver tag it is at), or
+/// the hash.
 enum Place {
-    Array(*mut RequestTimes),
+    Array(*mut RequestTimes, i32),
     Hash,
 }
 
@@ -109,7 +115,7 @@ fn place_of(rq: *const u8, slot: u32) -> Place {
     let queue = btf_read::<u32>(hctx, conf!(hctx_queue_num));
     let tag = btf_read::<i32>(rq, conf!(request_tag));
     match inflight_index(slot, queue, tag).and_then(|i| INFLIGHT.get_ptr_mut(i)) {
-        Some(e) => Place::Array(e),
+        Some(e) => Place::Array(e, tag),
         None => Place::Hash,
     }
 }
@@ -118,7 +124,7 @@ fn place_of(rq: *const u8, slot: u32) -> Place {
 #[inline(always)]
 fn issued(rq: *const u8, place: &Place) -> Option<RequestTimes> {
     match place {
-        Place::Array(e) => {
+        Place::Array(e, _) => {
             let t = unsafe { **e };
             (t.rq == rq as u64).then_some(t)
         }
@@ -129,7 +135,7 @@ fn issued(rq: *const u8, place: &Place) -> Option<RequestTimes> {
 #[inline(always)]
 fn forget(rq: *const u8, place: &Place) {
     match place {
-        Place::Array(e) => unsafe {
+        Place::Array(e, _) => unsafe {
             if (**e).rq == rq as u64 {
                 (**e).rq = 0;
             }
@@ -170,6 +176,17 @@ pub(crate) fn data_len(rq: *const u8) -> u32 {
     btf_read::<u32>(rq, conf!(request_data_len))
 }
 
+/// Whether `before`, the request last issued at `tag`, was never seen completing: it
+/// still holds the tag. A request gives its tag back by completing, or by a requeue, which
+/// with an I/O scheduler happens before the requeue tracepoint fires, so another CPU can
+/// issue at the tag first: then `before` no longer holds it (no tag, or another one).
+#[inline(always)]
+fn missed(before: u64, rq: *const u8, tag: i32) -> bool {
+    before != 0
+        && before != rq as u64
+        && read_kernel::<i32>(before, conf!(request_tag)) == Some(tag)
+}
+
 // TP_PROTO(struct request *rq). Queue time runs from the kernel's own stamp of the
 // request's arrival (`start_time_ns`, set for I/O statistics or a scheduler), so no program
 // needs to run, and no table entry to live, before the issue.
@@ -202,9 +219,9 @@ pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     match place_of(rq, slot) {
         // The driver sees the request only after this returns: its completion, on any
         // CPU, finds the entry whole.
-        Place::Array(e) => unsafe {
+        Place::Array(e, tag) => unsafe {
             let before = *e;
-            if before.rq != 0
+            if missed(before.rq, rq, tag)
                 && let Some(s) = stats(before.dev, slot, before.class)
             {
                 (*s).unseen += 1;
@@ -262,7 +279,57 @@ pub fn block_rq_requeue(ctx: BtfTracePointContext) -> i32 {
     ran(Program::BlockRqRequeue);
     let rq = ctx.arg::<*const u8>(0);
     if let Some((_, slot)) = watched_dev(rq) {
-        forget(rq, &place_of(rq, slot));
+        let place = place_of(rq, slot);
+        if matches!(place, Place::Hash) && slot != NO_ROW {
+            forget_untagged(rq, slot);
+        }
+        forget(rq, &place);
     }
     0
+}
+
+/// A request of a queue with an I/O scheduler has given its driver tag back before the
+/// requeue tracepoint fires (`__blk_mq_requeue_request`), so its INFLIGHT entry is found
+/// by scanning its queue's (requeues are rare). Left in place, the entry counted as an
+/// unseen completion when the tag was next issued.
+#[inline(always)]
+fn forget_untagged(rq: *const u8, slot: u32) {
+    let hctx = btf_read::<*const u8>(rq, conf!(request_mq_hctx));
+    if hctx.is_null() || btf_read::<i32>(rq, conf!(request_tag)) >= 0 {
+        return;
+    }
+    let queue = btf_read::<u32>(hctx, conf!(hctx_queue_num));
+    let Some(first) = inflight_index(slot, queue, 0) else {
+        return;
+    };
+    let mut scan = Scan {
+        rq: rq as u64,
+        first,
+    };
+    unsafe {
+        generated::bpf_loop(
+            INFLIGHT_TAGS,
+            forget_at as *mut c_void,
+            (&mut scan as *mut Scan).cast(),
+            0,
+        );
+    }
+}
+
+/// The scan of one queue's entries for a request.
+struct Scan {
+    rq: u64,
+    first: u32,
+}
+
+/// Entry `tag` of the scanned queue; 1 (stop) when it was the request's.
+unsafe extern "C" fn forget_at(tag: u32, ctx: *mut c_void) -> i64 {
+    let s = unsafe { &*(ctx as *const Scan) };
+    match INFLIGHT.get_ptr_mut(s.first + tag) {
+        Some(e) if unsafe { (*e).rq } == s.rq => {
+            unsafe { (*e).rq = 0 };
+            1
+        }
+        _ => 0,
+    }
 }
