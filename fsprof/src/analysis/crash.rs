@@ -155,6 +155,8 @@ mod tests {
             fsck_unclean: 0,
             fsck_detail: None,
             error_detail: None,
+            recovery_unclean: 0,
+            recovery_detail: None,
         };
         let patterns = [Pattern::RenameNoFsync, Pattern::Append, Pattern::Overwrite];
         CrashStudy {

@@ -210,6 +210,8 @@ fn study(
             fsck_unclean: 0,
             fsck_detail: None,
             error_detail: None,
+            recovery_unclean: 0,
+            recovery_detail: None,
         }],
         ..CrashStudy::default()
     }

@@ -98,26 +98,50 @@ fn replay_command(kind: FsKind) -> Option<(&'static str, &'static [&'static str]
     }
 }
 
+/// A log replayed by the filesystem's own tool: how long it took, and what it said went
+/// wrong (jfs's `fsck.jfs -a` reports "logredo failed" and goes on with the log
+/// unreplayed, exit status 0: the mount then shows what the log did not bring back).
+#[derive(Clone, Debug, Default)]
+pub struct Replayed {
+    pub took: Duration,
+    pub complaint: Option<String>,
+}
+
 /// Replays the log of a crashed filesystem on `device` where mounting does not (see
-/// `replay_command`); returns how long it took (zero where the mount replays it).
-pub fn replay(kind: FsKind, device: &Path) -> Result<Duration> {
+/// `replay_command`); zero time and no complaint where the mount replays it.
+pub fn replay(kind: FsKind, device: &Path) -> Result<Replayed> {
     let Some((prog, args)) = replay_command(kind) else {
-        return Ok(Duration::ZERO);
+        return Ok(Replayed::default());
     };
     let (took, out) = run_on(prog, args, device)?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     // 0: clean; 1: errors corrected.
     if out.status.code().is_none_or(|c| c > 1) {
         bail!(
             "{prog} {} failed ({}): {}",
             args.join(" "),
             out.status,
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .last()
-                .unwrap_or("")
+            text.lines().last().unwrap_or("")
         );
     }
-    Ok(took)
+    Ok(Replayed {
+        took,
+        complaint: complaint(&text).map(|c| format!("{prog} {}: {c}", args.join(" "))),
+    })
+}
+
+/// The lines of a tool's output that say something failed, joined.
+fn complaint(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("fail") || l.contains("error")
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
 }
 
 /// Runs `prog ARGS device`, timed.

@@ -103,6 +103,13 @@ fn notes(cells: &[&CrashCell]) -> Vec<String> {
         if let Some(e) = &c.error_detail {
             out.push(format!("{at}: error: {e}"));
         }
+        if let Some(r) = &c.recovery_detail {
+            let n = c.recovery_unclean;
+            out.push(format!(
+                "{at}: recovery ({n} of {} trials): {r}",
+                c.trials()
+            ));
+        }
         if let Some(f) = &c.fsck_detail {
             out.push(format!("{at}: fsck: {f}"));
         }
@@ -506,7 +513,8 @@ pub fn to_csv(study: &CrashStudy) -> String {
     for x in Outcome::ALL {
         let _ = write!(o, ",{}", x.name());
     }
-    o.push_str(",recovery_median_ns,fsck_median_ns,fsck_unclean,error_detail,fsck_detail\n");
+    o.push_str(",recovery_median_ns,fsck_median_ns,fsck_unclean,error_detail,fsck_detail");
+    o.push_str(",recovery_unclean,recovery_detail\n");
     for c in &study.cells {
         let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
         let _ = write!(
@@ -529,12 +537,14 @@ pub fn to_csv(study: &CrashStudy) -> String {
         let text = |v: &Option<String>| v.as_deref().map_or(String::new(), q);
         let _ = writeln!(
             o,
-            ",{},{},{},{},{}",
+            ",{},{},{},{},{},{},{}",
             opt(median(&c.recovery_ns)),
             opt(median(&c.fsck_ns)),
             c.fsck_unclean,
             text(&c.error_detail),
-            text(&c.fsck_detail)
+            text(&c.fsck_detail),
+            c.recovery_unclean,
+            text(&c.recovery_detail)
         );
     }
     o
@@ -564,6 +574,8 @@ mod tests {
             fsck_unclean: 1,
             fsck_detail: Some("logredo failed (rc=-220)".into()),
             error_detail: Some("jfs does not mount after the cut: EINVAL".into()),
+            recovery_unclean: 4,
+            recovery_detail: Some("fsck.jfs -a: logredo failed (rc=-220)".into()),
         };
         let study = CrashStudy {
             cells: vec![cell],
@@ -573,13 +585,17 @@ mod tests {
         let text = render(&study);
         assert!(text.contains("    append now: error: jfs does not mount after the cut: EINVAL\n"));
         assert!(text.contains("    append now: fsck: logredo failed (rc=-220)\n"));
+        assert!(text.contains(
+            "    append now: recovery (4 of 5 trials): fsck.jfs -a: logredo failed (rc=-220)\n"
+        ));
         assert!(markdown(&study).contains("- append now: error: jfs does not mount"));
         assert!(html(&study).contains("<li>append now: fsck: logredo failed (rc=-220)</li>"));
         let csv = to_csv(&study);
         let (head, row) = csv.split_once('\n').unwrap();
-        assert!(head.ends_with(",error_detail,fsck_detail"));
+        assert!(head.ends_with(",error_detail,fsck_detail,recovery_unclean,recovery_detail"));
         assert!(row.ends_with(
-            ",\"jfs does not mount after the cut: EINVAL\",\"logredo failed (rc=-220)\"\n"
+            ",\"jfs does not mount after the cut: EINVAL\",\"logredo failed (rc=-220)\",4,\
+             \"fsck.jfs -a: logredo failed (rc=-220)\"\n"
         ));
     }
 }

@@ -185,6 +185,12 @@ pub struct CrashCell {
     /// mount after the crash, a database that does not open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_detail: Option<String>,
+    /// Trials whose log replay (by the filesystem's tool: jfs's fsck.jfs -a) said something
+    /// failed, and what it said the first time.
+    #[serde(default)]
+    pub recovery_unclean: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_detail: Option<String>,
 }
 
 impl CrashCell {
@@ -209,6 +215,10 @@ impl CrashCell {
         }
         if self.error_detail.is_none() {
             self.error_detail.clone_from(&o.error_detail);
+        }
+        self.recovery_unclean += o.recovery_unclean;
+        if self.recovery_detail.is_none() {
+            self.recovery_detail.clone_from(&o.recovery_detail);
         }
     }
 

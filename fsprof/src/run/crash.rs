@@ -59,6 +59,9 @@ pub(super) struct Trial {
     pub fsck: Option<crate::lab::crash::Fsck>,
     /// Why, for an error outcome.
     pub error: Option<String>,
+    /// What the log replay said went wrong (a replay by the filesystem's tool).
+    #[serde(default)]
+    pub recovery_complaint: Option<String>,
 }
 
 /// Runs the study; `progress` gets a line per trial, `save` the study after each (so an
@@ -170,6 +173,8 @@ pub(super) fn empty_cell(
         fsck_unclean: 0,
         fsck_detail: None,
         error_detail: None,
+        recovery_unclean: 0,
+        recovery_detail: None,
     }
 }
 
@@ -177,6 +182,10 @@ pub(super) fn record(cell: &mut CrashCell, t: &Trial) {
     *cell.outcomes.entry(t.outcome).or_default() += 1;
     if let Some(e) = &t.error {
         cell.error_detail.get_or_insert_with(|| e.clone());
+    }
+    if let Some(c) = &t.recovery_complaint {
+        cell.recovery_unclean += 1;
+        cell.recovery_detail.get_or_insert_with(|| c.clone());
     }
     cell.wait_ns = cell.wait_ns.max(t.wait.as_nanos() as u64);
     if let Some(r) = t.recovery {
@@ -240,6 +249,7 @@ fn crash_and_look(s: &mut Slot, method: CrashMethod) -> Result<Trial> {
         recovery: Some(recovery),
         fsck,
         error,
+        recovery_complaint: None,
     })
 }
 

@@ -358,12 +358,16 @@ fn look(kind: FsKind, pattern: Pattern, disk: &Path, mount_opts: &str) -> Result
     match mounted {
         Ok((replayed, mut fs)) => {
             let (outcome, error) = classify(pattern, fs.mountpoint());
+            if let Some(c) = &replayed.complaint {
+                eprintln!("fsprof: {kind} log replay on {}: {c}", disk.display());
+            }
             Ok(Trial {
                 outcome,
                 wait: Duration::ZERO,
-                recovery: Some(replayed + fs.mount_time),
+                recovery: Some(replayed.took + fs.mount_time),
                 fsck: fs.checked()?,
                 error,
+                recovery_complaint: replayed.complaint,
             })
         }
         Err(e) => {
@@ -375,6 +379,7 @@ fn look(kind: FsKind, pattern: Pattern, disk: &Path, mount_opts: &str) -> Result
                 recovery: None,
                 fsck: fsck(kind, disk)?,
                 error: Some(error),
+                recovery_complaint: None,
             })
         }
     }
