@@ -174,6 +174,13 @@ pub fn two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel() {
         }
         for cell in f.runs_of("extract-tree") {
             let t = &cell.trace;
+            // Every program, the optional requeue one included, verified on both kernels.
+            assert!(
+                t.missing_hooks.is_empty(),
+                "{}: {:?}",
+                f.column(),
+                t.missing_hooks
+            );
             let syscalls: u64 = t.profile.syscalls.iter().map(|s| s.count).sum();
             assert!(
                 t.wall_ns > 0 && syscalls > 1000,
