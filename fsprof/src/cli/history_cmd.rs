@@ -244,7 +244,7 @@ fn list_crash(studies: &[CrashRow]) -> String {
                 utc(r.started as u64),
                 r.kernel.clone(),
                 r.label.clone(),
-                r.patterns.clone(),
+                short_list(&r.patterns, "patterns"),
                 r.filesystems.clone(),
                 r.trials.to_string(),
                 r.accel.clone(),
@@ -271,6 +271,16 @@ fn list_crash(studies: &[CrashRow]) -> String {
         if studies.len() == 1 { "y" } else { "ies" },
         table(&header, &rows)
     )
+}
+
+/// A comma-separated list as a column: itself up to three items, else their count.
+fn short_list(items: &str, what: &str) -> String {
+    let n = items.split(',').filter(|s| !s.is_empty()).count();
+    if n <= 3 {
+        items.to_string()
+    } else {
+        format!("{n} {what}")
+    }
 }
 
 fn list(runs: &[RunRow]) -> String {
@@ -368,5 +378,14 @@ mod tests {
         let week = parse_since("7d").unwrap();
         let day = parse_since("1d").unwrap();
         assert_eq!(day - week, 6 * 86_400);
+    }
+
+    #[test]
+    fn long_lists_are_counted() {
+        assert_eq!(
+            short_list("append,overwrite", "patterns"),
+            "append,overwrite"
+        );
+        assert_eq!(short_list("a,b,c,d", "patterns"), "4 patterns");
     }
 }
