@@ -83,6 +83,10 @@ pub struct VmKernel {
     pub label: String,
     /// Seconds from starting qemu to the guest running the suite, one per boot.
     pub boot_s: Vec<f64>,
+    /// Boots stopped as hung (the guest printed nothing for the stall limit) and booted
+    /// again; what they left unfinished ran in the boot after.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hung_boots: u32,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -165,6 +169,10 @@ pub struct StepRun {
     pub error: Option<String>,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl VmFacts {
     /// One line for report headers: the VM, and under TCG that its times are emulated.
     pub fn describe(&self) -> String {
@@ -183,6 +191,11 @@ impl VmFacts {
                 boots.iter().copied().fold(0.0, f64::max)
             ),
         };
+        let hung: u32 = self.kernels.iter().map(|k| k.hung_boots).sum();
+        let hung = match hung {
+            0 => String::new(),
+            n => format!(" ({n} more stopped as hung and booted again)"),
+        };
         let accel = if self.emulated {
             format!(
                 "{} (emulated CPU: times compare only with runs in the same emulator)",
@@ -192,7 +205,7 @@ impl VmFacts {
             self.accel.clone()
         };
         format!(
-            "in a qemu VM, {accel}, {} CPUs, {} MiB, {} cache={}{boot}, on host kernel {}",
+            "in a qemu VM, {accel}, {} CPUs, {} MiB, {} cache={}{boot}{hung}, on host kernel {}",
             self.cpus,
             self.memory_bytes >> 20,
             self.disk,

@@ -60,6 +60,8 @@ pub struct GuestPlan {
 /// Files in the share between host and guest.
 const PLAN: &str = "plan.json";
 const FOUND: &str = "found.json";
+/// The guest creates it before it touches the disks a power cut left.
+const LOOKING: &str = "looking";
 const COSTS: &str = "costs.json";
 const WAITS: &str = "waits.json";
 /// The guest creates it when it wants its power cut.
@@ -149,34 +151,117 @@ fn cell_series(
             .iter()
             .map(|&p| empty_cell(opts, kind, CrashMethod::PowerCut, p, point)),
     );
-    let mut waits: Vec<Duration> = Vec::new();
-    for trial in 0..=opts.trials {
+    let mut series = Series {
+        kind,
+        point,
+        first,
+        cut: false,
+        to_run: opts.trials,
+        cost_updates,
+        looked: 0,
+        hung: false,
+        waits: Vec::new(),
+    };
+    while series.cut || series.to_run > 0 {
         signals::check()?;
         let plan = GuestPlan {
             fs: kind.name().into(),
             mkfs_opts: opts.lab.mkfs_opts.clone(),
             mount_opts: opts.lab.mount_opts.clone(),
             patterns: opts.patterns.clone(),
-            check: trial > 0,
-            cost_updates: if trial == 0 { cost_updates } else { 0 },
-            crash_at: (trial < opts.trials).then_some(point),
+            check: series.cut,
+            cost_updates: series.cost_updates,
+            crash_at: (series.to_run > 0).then_some(point),
         };
+        let ran = match boot(lab, &plan) {
+            // A hung guest is the emulator's fault, not the filesystem's (see
+            // `guest::stall_limit`): what it left is taken and the rest runs again, once.
+            Err(e) if e.is::<guest::Stalled>() && !series.hung => {
+                series.hung = true;
+                eprintln!("fsprof: {e}; booting it again, once");
+                None
+            }
+            ran => Some(ran?),
+        };
+        if let Some(facts) = sink.out.vm.as_mut() {
+            let k = &mut facts.kernels[0];
+            match ran.as_ref().map(|r| r.boot) {
+                Some(Some(b)) => k.boot_s.push(b.as_secs_f64()),
+                Some(None) => {}
+                None => k.hung_boots += 1,
+            }
+        }
+        series.absorb(lab, &plan, ran.as_ref(), sink)?;
+        (sink.save)(sink.out)?;
+    }
+    Ok(())
+}
+
+/// Where the boots of one cell series stand.
+struct Series {
+    kind: FsKind,
+    point: CrashPoint,
+    /// The series' first cell in the study.
+    first: usize,
+    /// A trial was cut on the disks: the next boot looks at what it left.
+    cut: bool,
+    /// Trials still to run up to their cut.
+    to_run: u32,
+    /// Updates still to trace for the patterns' costs (0 once traced).
+    cost_updates: u32,
+    /// Trials looked at so far.
+    looked: u32,
+    /// A boot hung (and was booted again).
+    hung: bool,
+    /// From the last trial: how long each pattern's update waited for its cut.
+    waits: Vec<Duration>,
+}
+
+impl Series {
+    /// What a boot left in the share; `ran` is `None` when the guest hung, and then only
+    /// what it finished counts. A hung guest that had begun to look at a cut trial may have
+    /// replayed its logs: that trial is lost and one more is run in its place.
+    fn absorb(
+        &mut self,
+        lab: &Lab,
+        plan: &GuestPlan,
+        ran: Option<&guest::GuestRun>,
+        sink: &mut Sink,
+    ) -> Result<()> {
         let share = &lab.scratch.share;
-        let ran = boot(lab, &plan)?;
-        if let (Some(b), Some(facts)) = (ran.boot, sink.out.vm.as_mut()) {
-            facts.kernels[0].boot_s.push(b.as_secs_f64());
-        }
+        let trials = lab.opts.trials;
         if plan.check {
-            let found: Vec<Trial> = read_json(&share.join(FOUND))?;
-            let label = format!("{} trial {trial}/{} (power cut)", point.name(), opts.trials);
-            sink.record(first, found, &waits, &|j| {
-                format!("{kind} {} {label}", opts.patterns[j].name())
-            });
+            match read_json_if::<Vec<Trial>>(&share.join(FOUND), ran.is_none())? {
+                Some(found) => {
+                    self.looked += 1;
+                    self.cut = false;
+                    let label = format!(
+                        "{} trial {}/{trials} (power cut)",
+                        self.point.name(),
+                        self.looked
+                    );
+                    let (kind, patterns) = (self.kind, &lab.opts.patterns);
+                    sink.record(self.first, found, &self.waits, &|j| {
+                        format!("{kind} {} {label}", patterns[j].name())
+                    });
+                }
+                None if share.join(LOOKING).exists() => {
+                    eprintln!("fsprof: the trial it was looking at is lost; one more is run");
+                    self.cut = false;
+                    self.to_run += 1;
+                }
+                None => {}
+            }
         }
-        if plan.cost_updates > 0 {
-            let costs: Vec<CrashCost> = read_json(&share.join(COSTS))?;
+        if plan.cost_updates > 0
+            && let Some(costs) = read_json_if::<Vec<CrashCost>>(&share.join(COSTS), ran.is_none())?
+        {
             sink.out.costs.extend(costs);
+            self.cost_updates = 0;
         }
+        let Some(ran) = ran else {
+            return Ok(());
+        };
         if plan.crash_at.is_some() {
             if !ran.power_cut {
                 bail!(
@@ -184,13 +269,14 @@ fn cell_series(
                     ran.status.map_or("killed".into(), |s| s.to_string())
                 );
             }
-            waits = read_json(&share.join(WAITS))?;
+            self.waits = read_json(&share.join(WAITS))?;
+            self.cut = true;
+            self.to_run -= 1;
         } else if ran.status != Some(0) {
             bail!("fsprof in the VM exited with status {:?}", ran.status);
         }
-        (sink.save)(sink.out)?;
+        Ok(())
     }
-    Ok(())
 }
 
 impl Sink<'_> {
@@ -266,6 +352,15 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     Ok(serde_json::from_slice(&text)?)
 }
 
+/// `read_json`, where a file a hung guest never wrote is `None` (`hung`) rather than an
+/// error.
+fn read_json_if<T: serde::de::DeserializeOwned>(path: &Path, hung: bool) -> Result<Option<T>> {
+    if hung && !path.exists() {
+        return Ok(None);
+    }
+    read_json(path).map(Some)
+}
+
 /// In the guest (`fsprof crash-guest`): does what the plan in the current directory says.
 /// With a trial, it does not return: it waits for the host to cut its power.
 pub fn guest_boot(plan_path: &Path) -> Result<()> {
@@ -276,6 +371,7 @@ pub fn guest_boot(plan_path: &Path) -> Result<()> {
         .map(|i| PathBuf::from(guest::guest_disk(i)))
         .collect();
     if plan.check {
+        fs::write(share.join(LOOKING), "")?;
         let found: Vec<Trial> = plan
             .patterns
             .iter()
@@ -382,5 +478,139 @@ fn look(kind: FsKind, pattern: Pattern, disk: &Path, mount_opts: &str) -> Result
                 recovery_complaint: None,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vm::{Accel, GuestKernel};
+
+    fn trial(outcome: Outcome) -> Trial {
+        Trial {
+            outcome,
+            wait: Duration::ZERO,
+            recovery: None,
+            fsck: None,
+            error: None,
+            recovery_complaint: None,
+        }
+    }
+
+    /// A series with trial 1 of 2 looked at and trial 2 cut, after a boot that hung.
+    fn cut_series() -> Series {
+        Series {
+            kind: FsKind::Btrfs,
+            point: CrashPoint::Now,
+            first: 0,
+            cut: true,
+            to_run: 0,
+            cost_updates: 0,
+            looked: 1,
+            hung: true,
+            waits: vec![Duration::from_millis(3); 2],
+        }
+    }
+
+    /// What a boot that hung while it looked at a cut trial leaves, by how far it got; and
+    /// a boot that ended without hanging must have written what it was asked for.
+    #[test]
+    fn a_hung_boot_keeps_what_it_finished_and_loses_what_it_touched() {
+        let share = std::env::temp_dir().join(format!("fsprof-series-{}", std::process::id()));
+        fs::create_dir_all(&share).unwrap();
+        let opts = CrashOptions {
+            patterns: vec![Pattern::RenameFsyncDir, Pattern::RenameNoFsync],
+            trials: 2,
+            ..Default::default()
+        };
+        let vm = CrashVm {
+            kernel: GuestKernel {
+                spec: "deb:linux-image-amd64".into(),
+                release: "6.1.0-57-amd64".into(),
+                vmlinuz: PathBuf::new(),
+                modules: PathBuf::new(),
+            },
+            config: VmConfig {
+                cpus: 2,
+                memory_bytes: 1 << 30,
+                accel: Accel::Tcg,
+            },
+        };
+        let scratch = Scratch {
+            share: share.clone(),
+            disks: Vec::new(),
+        };
+        let lab = Lab {
+            opts: &opts,
+            vm: &vm,
+            scratch,
+        };
+        let cells = opts
+            .patterns
+            .iter()
+            .map(|&p| {
+                empty_cell(
+                    &opts,
+                    FsKind::Btrfs,
+                    CrashMethod::PowerCut,
+                    p,
+                    CrashPoint::Now,
+                )
+            })
+            .collect();
+        let mut out = CrashStudy {
+            cells,
+            ..CrashStudy::default()
+        };
+        let (mut progress, mut save) = (|_: &str| {}, |_: &CrashStudy| Ok(()));
+        let mut sink = Sink {
+            out: &mut out,
+            progress: &mut progress,
+            save: &mut save,
+        };
+        let plan = GuestPlan {
+            fs: "btrfs".into(),
+            mkfs_opts: Vec::new(),
+            mount_opts: String::new(),
+            patterns: opts.patterns.clone(),
+            check: true,
+            cost_updates: 0,
+            crash_at: None,
+        };
+        let state = |s: &Series| (s.cut, s.to_run, s.looked);
+
+        // Hung before it touched the disks: the next boot looks at the same cut.
+        let mut s = cut_series();
+        s.absorb(&lab, &plan, None, &mut sink).unwrap();
+        assert_eq!(state(&s), (true, 0, 1));
+
+        // Hung while it looked (its logs may be replayed): the trial is lost, one more runs.
+        fs::write(share.join(LOOKING), "").unwrap();
+        let mut s = cut_series();
+        s.absorb(&lab, &plan, None, &mut sink).unwrap();
+        assert_eq!(state(&s), (false, 1, 1));
+        assert!(sink.out.cells.iter().all(|c| c.outcomes.is_empty()));
+
+        // Hung after it looked: what it found counts.
+        let found = [trial(Outcome::New), trial(Outcome::Old)];
+        fs::write(share.join(FOUND), serde_json::to_string(&found).unwrap()).unwrap();
+        let mut s = cut_series();
+        s.absorb(&lab, &plan, None, &mut sink).unwrap();
+        assert_eq!(state(&s), (false, 0, 2));
+        let counts: Vec<_> = sink.out.cells.iter().map(|c| c.outcomes.clone()).collect();
+        assert_eq!(counts[0], [(Outcome::New, 1)].into());
+        assert_eq!(counts[1], [(Outcome::Old, 1)].into());
+        assert_eq!(sink.out.cells[0].wait_ns, 3_000_000);
+
+        // Ended, not hung, without what it was asked to write: an error.
+        fs::remove_file(share.join(FOUND)).unwrap();
+        let ended = guest::GuestRun {
+            status: Some(0),
+            boot: None,
+            wall: Duration::ZERO,
+            power_cut: false,
+        };
+        let err = cut_series().absorb(&lab, &plan, Some(&ended), &mut sink);
+        assert!(format!("{:#}", err.unwrap_err()).contains("wrote no"));
     }
 }

@@ -154,6 +154,7 @@ pub(super) fn vm_facts(kernels: &[GuestKernel], labels: &[String], cfg: &VmConfi
                 release: k.release.clone(),
                 label: l.clone(),
                 boot_s: Vec::new(),
+                hung_boots: 0,
             })
             .collect(),
         accel: cfg.accel.name().into(),
@@ -285,6 +286,7 @@ fn run_into(
             // A hung guest is the emulator's fault, not the workload's: its passes run
             // again, once, on a fresh disk and share; what it finished is dropped.
             eprintln!("fsprof: {e} ({label}); booting it again, once");
+            vm.kernels[round.kernel].hung_boots += 1;
             ran = boot(opts, kernel, cfg, args, &scratch, &stem, size, round.passes);
         }
         // What the guest finished counts even when it stopped early.

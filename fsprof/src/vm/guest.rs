@@ -67,7 +67,8 @@ pub struct GuestRun {
 
 /// A guest that prints nothing for this long is taken as hung and stopped: a Debian 6.1
 /// guest under TCG has been seen to stop whole after a cell (both vCPUs spinning, no
-/// output, no file written), rarely. fsprof in the guest prints a line per step, and a NUL
+/// output, no file written), rarely (under qemu 10 too: 1 boot in ~70 of the crash test;
+/// docs/design.md); `run` and `crash` boot it again once. fsprof in the guest prints a line per step, and a NUL
 /// byte every `HEARTBEAT` while it runs (the relay drops NULs), so a step may be silent for
 /// hours while a hung guest is stopped within minutes. `FSPROF_VM_STALL_SECONDS` sets
 /// another limit.

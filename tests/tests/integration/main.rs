@@ -96,6 +96,7 @@ fn main() {
         root vm::two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel,
         root vm::guest_syscall_counts_equal_strace_in_the_guest,
         root vm::power_cut_in_a_vm_crashes_btrfs,
+        root vm::hung_crash_boot_is_booted_again_and_loses_no_trial,
         root vm::sigint_mid_vm_run_leaves_no_qemu,
         root vm::cleanup_stops_the_vm_of_a_killed_run,
         root vm::silent_guest_is_stopped_and_booted_again_once,

@@ -383,6 +383,88 @@ pub fn power_cut_in_a_vm_crashes_btrfs() {
     assert_no_vm_left();
 }
 
+/// A crash boot that hangs (its qemu stopped as it starts: a hung emulator looks the same
+/// from outside) is stopped and booted again, once. It had not touched the cut trial, so
+/// the boot after looks at it: no trial is lost, and the study says a boot hung.
+pub fn hung_crash_boot_is_booted_again_and_loses_no_trial() {
+    let dir = TempDir::new("vm-crash-hung");
+    let mut child = Command::new(fsprof_bin())
+        .args(["crash", "--kernel", KERNEL, "--fs", "btrfs"])
+        .args([
+            "--pattern",
+            "rename-fsync-dir",
+            "--at",
+            "now",
+            "--trials",
+            "1",
+        ])
+        .args(["--cost-updates", "0", "--no-history", "--json", "c.json"])
+        .env("FSPROF_VM_STALL_SECONDS", "60")
+        .current_dir(&dir.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The second boot is the one that looks at the cut.
+    let first = qemu_of(&mut child, None);
+    let second = qemu_of(&mut child, Some(first));
+    // SAFETY: kill(2) on a pid pgrep just listed; at worst a qemu that already ended.
+    assert_eq!(unsafe { libc::kill(second, libc::SIGSTOP) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("booting it again, once").count(), 1, "{err}");
+    assert_eq!(
+        err.matches("look at the last power cut").count(),
+        2,
+        "{err}"
+    );
+    assert_eq!(err.matches("fsprof: booting deb:").count(), 3, "{err}");
+    assert!(!err.contains("is lost"), "{err}");
+    let study: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.0.join("c.json")).unwrap()).unwrap();
+    let kernel = &study["vm"]["kernels"][0];
+    assert_eq!(kernel["hung_boots"], 1, "{kernel:#}");
+    assert_eq!(kernel["boot_s"].as_array().unwrap().len(), 2, "{kernel:#}");
+    let outcomes = study["cells"][0]["outcomes"].as_object().unwrap();
+    let trials: u64 = outcomes.values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(trials, 1, "{outcomes:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("1 more stopped as hung and booted again"),
+        "{stdout}"
+    );
+    assert_no_vm_left();
+}
+
+/// The pid of the qemu `child` (an fsprof) runs, other than `not`, once it runs.
+fn qemu_of(child: &mut std::process::Child, not: Option<i32>) -> i32 {
+    let share = format!("fsprof-{}-vm", child.id());
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let found = qemus()
+            .lines()
+            .filter(|l| l.contains(&share))
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, cmd)| {
+                cmd.split(' ')
+                    .next()
+                    .is_some_and(|c| c.contains("qemu-system"))
+            })
+            .filter_map(|(pid, _)| pid.parse().ok())
+            .find(|&pid| Some(pid) != not);
+        if let Some(pid) = found {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no qemu started within 300 s");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "fsprof ended before its qemu started"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A `run` on the Debian kernel, once its qemu runs; the name of the VM's disk image.
 fn vm_run_started(json: &Path) -> (std::process::Child, String) {
     let mut child = Command::new(fsprof_bin())
@@ -484,6 +566,8 @@ pub fn silent_guest_is_stopped_and_booted_again_once() {
     let r = RunResult::load(&dir.0.join("r.json")).unwrap();
     let quiet = &r.filesystems[0].passes[0].steps[0];
     assert_eq!((quiet.step.as_str(), &quiet.error), ("quiet", &None));
+    // The first stall was booted again; the second ended the run.
+    assert_eq!(r.vm.unwrap().kernels[0].hung_boots, 1);
     assert_no_vm_left();
 }
 
