@@ -389,19 +389,24 @@ fn preload_running(probes: &Probes, pid: u32) {
     }
 }
 
-/// Loads the probes, with what start-up waits on read side by side: btf_rs's parse of the
-/// kernel's BTF (~80 ms) on a helper thread while this one parses aya's copy of it (~20 ms)
-/// and, with stacks, the kernel's symbols (~45 ms) that naming them needs at the end
-/// (blazesym's symbolizer stays on its thread). The parse is not waited for here: the
-/// offsets are usually kept from an earlier start, and whoever needs the parse (the
-/// offsets otherwise, the fs events) waits for it.
+/// Loads the probes, with what start-up waits on read side by side: aya's two parses of
+/// the kernel's BTF (~20 ms each: its loader's and ours) on helper threads while this one
+/// reads, with stacks, the kernel's
+/// symbols (~12 ms from the kept copy) that naming them needs at the end (blazesym's
+/// symbolizer stays on its thread); btf_rs's parse (~80 ms) on another when needed. The parse is not waited for here: whoever
+/// needs it (the offsets, the fs events' device filters) waits for it; and when both are
+/// kept from an earlier start of this boot (`probes::kept`) it does not run at all.
 fn load_probes(opts: &TraceOptions) -> Result<Probes> {
     let started = std::time::Instant::now();
-    std::thread::spawn(crate::probes::btf::parse_kernel);
-    let _ = crate::probes::btf::aya_kernel();
+    if !crate::probes::kept::all_kept(opts.probes.fs_events.is_some()) {
+        std::thread::spawn(crate::probes::btf::parse_kernel);
+    }
+    crate::probes::btf::make_loader_ahead();
+    let aya = std::thread::spawn(|| crate::probes::btf::aya_kernel().is_ok());
     if opts.probes.stacks.is_some() {
         crate::aggregate::symbols::with(|s| s.read_kernel_symbols());
     }
+    let _ = aya.join();
     let read = ns(started.elapsed());
     let mut probes = Probes::load(&opts.probes)?;
     probes.laps.ns.insert("btf+kallsyms".into(), read);

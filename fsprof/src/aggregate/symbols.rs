@@ -6,6 +6,7 @@
 use std::{
     cell::RefCell,
     collections::HashMap,
+    os::fd::AsRawFd,
     path::{Path, PathBuf},
 };
 
@@ -15,7 +16,10 @@ use blazesym::symbolize::{
 };
 use fsprof_common::unwind::FileKey;
 
-use crate::probes::unwind::file_key;
+use crate::probes::{
+    kept::{self, Kept},
+    unwind::file_key,
+};
 
 /// (device, inode) → path, for files the unwind tables did not name (their process was
 /// gone before fsprof looked): the usual binary and library directories are scanned
@@ -90,6 +94,47 @@ impl FileIndex {
     }
 }
 
+/// The kernel's text symbols, copied from /proc/kallsyms once a boot (`probes::kept`):
+/// blazesym reads the copy in ~12 ms where /proc/kallsyms takes ~45 ms of kernel time to
+/// print. The copy depends on the modules loaded, which are part of its key, and on
+/// nothing of fsprof's, so every fsprof of the boot shares it. It is kept open and named to
+/// blazesym by its descriptor: blazesym opens it again at every lookup, and another
+/// fsprof may replace it meanwhile (the modules changed). BPF programs' symbols (`[bpf]`)
+/// are left out, as are data symbols: programs come and go, and an address in one loaded
+/// since would be named by a stale neighbour.
+fn kept_kallsyms() -> Option<(std::fs::File, PathBuf)> {
+    // A kernel without module support has no /proc/modules.
+    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
+    // Name, size and address: the reference count changes while a module stays.
+    let loaded: Vec<String> = modules
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            [f.first(), f.get(1), f.last()]
+                .map(|x| *x.unwrap_or(&""))
+                .join(" ")
+        })
+        .collect();
+    let kept = Kept::of_boot(kept::KALLSYMS, &loaded.join("\n"))?;
+    if !kept.exists() {
+        let all = std::fs::read_to_string("/proc/kallsyms").ok()?;
+        let text: String = all
+            .lines()
+            .filter(|l| is_text_symbol(l) && !l.ends_with("[bpf]"))
+            .flat_map(|l| [l, "\n"])
+            .collect();
+        kept.write(text.as_bytes());
+    }
+    let file = std::fs::File::open(kept.path()).ok()?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    Some((file, path))
+}
+
+/// A kallsyms line of a code symbol (type t, T, w or W).
+fn is_text_symbol(line: &str) -> bool {
+    matches!(line.split_whitespace().nth(1), Some("t" | "T" | "w" | "W"))
+}
+
 /// A kernel-half address: naming it makes blazesym read the kernel's symbols.
 const KERNEL_PROBE_ADDR: u64 = 0xffff_ffff_8100_0000;
 
@@ -97,6 +142,9 @@ const KERNEL_PROBE_ADDR: u64 = 0xffff_ffff_8100_0000;
 /// hundreds of cells.
 pub struct Symbols {
     symbolizer: Symbolizer,
+    /// The kept copy of the kernel's text symbols, open, and its name through the
+    /// descriptor; None: /proc/kallsyms itself.
+    kallsyms: Option<(std::fs::File, PathBuf)>,
     kernel: HashMap<u64, String>,
     user: HashMap<(PathBuf, u64), String>,
     index: FileIndex,
@@ -119,6 +167,7 @@ impl Symbols {
     fn new() -> Symbols {
         Symbols {
             symbolizer: Symbolizer::builder().enable_code_info(false).build(),
+            kallsyms: kept_kallsyms(),
             kernel: HashMap::new(),
             user: HashMap::new(),
             index: FileIndex::new(),
@@ -153,7 +202,12 @@ impl Symbols {
             m
         };
         if !missing.is_empty() {
+            let kallsyms = match &self.kallsyms {
+                Some((_, p)) => blazesym::MaybeDefault::Some(p.clone()),
+                None => blazesym::MaybeDefault::Default,
+            };
             let src = Source::Kernel(Kernel {
+                kallsyms,
                 vmlinux: blazesym::MaybeDefault::None,
                 debug_syms: false,
                 ..Kernel::default()

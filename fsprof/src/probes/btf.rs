@@ -1,7 +1,13 @@
 //! The running kernel's BTF, parsed once per process: struct member offsets for the probes
 //! and tracepoint prototypes for the fs events.
 
-use std::{path::Path, sync::OnceLock};
+use std::{
+    path::Path,
+    sync::{Mutex, OnceLock},
+    thread::JoinHandle,
+};
+
+use aya::EbpfLoader;
 
 use anyhow::{Context, Result, anyhow, bail};
 use btf_rs::{Btf, Type};
@@ -39,6 +45,22 @@ pub fn aya_kernel() -> Result<&'static aya::Btf> {
     })
     .as_ref()
     .map_err(|e| anyhow!("{e}"))
+}
+
+/// aya's loader, made ahead: `EbpfLoader::new` parses the kernel's BTF once more (~20 ms;
+/// aya has no constructor without it), so a start makes it on a helper thread
+/// (`make_loader_ahead`) while other work runs.
+static LOADER_AHEAD: Mutex<Option<JoinHandle<EbpfLoader<'static>>>> = Mutex::new(None);
+
+/// Starts making the loader `loader` returns.
+pub fn make_loader_ahead() {
+    *LOADER_AHEAD.lock().expect("loader") = Some(std::thread::spawn(EbpfLoader::default));
+}
+
+/// The loader made ahead, else a new one (`default` is `new`).
+pub fn loader() -> EbpfLoader<'static> {
+    let ahead = LOADER_AHEAD.lock().expect("loader").take();
+    ahead.and_then(|h| h.join().ok()).unwrap_or_default()
 }
 
 /// Bit offset and bitfield size (None for a plain member) of a field.

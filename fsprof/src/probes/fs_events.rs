@@ -7,7 +7,10 @@
 
 use fsprof_common::MapName;
 use fsprof_common::Program;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsFd, AsRawFd, OwnedFd},
+};
 
 use anyhow::{Context, Result, bail};
 use aya::{
@@ -22,6 +25,7 @@ use fsprof_common::{
 
 use super::{
     btf,
+    kept::{self, Kept},
     offsets::VMLINUX_BTF,
     raw_tracepoint::attach_raw,
     tracefs::{self, Event},
@@ -278,7 +282,32 @@ fn device_of(btf: &Btf, e: &Event) -> Option<(u32, DevArg)> {
     })
 }
 
+/// The device filter of each of `events` (by full name), from a copy kept for this boot
+/// when it has them all (`kept`), else from BTF, and then kept with those added.
+fn device_filters(events: &[Event]) -> Result<BTreeMap<String, Option<(u32, DevArg)>>> {
+    let kept = Kept::of(kept::FS_EVENTS);
+    let mut filters: BTreeMap<String, Option<(u32, DevArg)>> = kept
+        .as_ref()
+        .and_then(Kept::read)
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    if events.iter().all(|e| filters.contains_key(&e.full_name())) {
+        return Ok(filters);
+    }
+    let btf = btf::load(std::path::Path::new(VMLINUX_BTF))?;
+    for e in events {
+        filters
+            .entry(e.full_name())
+            .or_insert_with(|| device_of(btf, e));
+    }
+    if let Some(k) = kept {
+        k.write(&serde_json::to_vec(&filters)?);
+    }
+    Ok(filters)
+}
+
 /// How an event's argument gives its filesystem's dev_t.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 enum DevArg {
     /// It is one (jbd2's statistics events carry the journal's device).
     Value,
@@ -359,7 +388,7 @@ pub fn attach_floor(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttach
 /// Configures and attaches the fs_event program for `target`'s subsystems.
 pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
     let (subsystems, events) = select(target)?;
-    let btf = btf::load(std::path::Path::new(VMLINUX_BTF))?;
+    let filters = device_filters(&events)?;
     let mut out = FsEventsAttached {
         subsystems,
         census: target.census,
@@ -372,7 +401,7 @@ pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
             key_arg: FS_NO_ARG,
             ..Default::default()
         };
-        match device_of(btf, e) {
+        match filters.get(&e.full_name()).cloned().flatten() {
             Some((arg, DevArg::Value)) => {
                 cfg.dev_arg = arg;
                 cfg.dev_is_arg = 1;

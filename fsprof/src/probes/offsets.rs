@@ -1,13 +1,16 @@
 //! Kernel struct layout from BTF. Rust eBPF cannot emit CO-RE relocations, so we resolve the
 //! few field offsets the probes need here and hand them over in `ProbeConfig`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Result, bail};
 use btf_rs::Btf;
 use fsprof_common::ProbeConfig;
 
-use super::btf::field;
+use super::{
+    btf::field,
+    kept::{self, Kept},
+};
 
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
@@ -20,78 +23,34 @@ pub(crate) fn byte_offset(btf: &Btf, strukt: &str, name: &str) -> Result<u32> {
     Ok(f.bit_offset / 8)
 }
 
-/// The offsets from a copy kept for this boot and this fsprof build, else read from BTF
-/// (and kept): reading them needs btf_rs's parse of the kernel's BTF, ~80 ms at every start,
-/// which then runs beside the load instead of before it (the fs events need it later).
+/// The offsets from a copy kept for this boot and this fsprof build (`kept`), else read
+/// from BTF and kept: then btf_rs's parse of the kernel's BTF runs beside the load instead
+/// of before it.
 pub fn probe_config_kept(btf_path: &Path) -> Result<ProbeConfig> {
-    let kept = kept_path(btf_path);
-    if let Some(c) = kept.as_deref().and_then(read_kept) {
+    let kept = Kept::of(kept::OFFSETS);
+    if let Some(c) = kept.as_ref().and_then(|k| from_bytes(&k.read()?)) {
         return Ok(c);
     }
     let c = probe_config(btf_path)?;
-    if let Some(p) = kept {
-        keep(&p, &c);
+    if let Some(k) = kept {
+        k.write(as_bytes(&c));
     }
     Ok(c)
 }
 
-/// Where the offsets of this kernel boot, this BTF file and this fsprof binary are kept: a
-/// new boot, kernel or build of fsprof (whose ProbeConfig may differ) misses.
-fn kept_path(btf_path: &Path) -> Option<PathBuf> {
-    use std::hash::{Hash, Hasher};
-    use std::os::unix::fs::MetadataExt;
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let exe = std::fs::metadata("/proc/self/exe").ok()?;
-    let btf = std::fs::metadata(btf_path).ok()?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (
-        boot.trim(),
-        exe.dev(),
-        exe.ino(),
-        exe.mtime(),
-        exe.mtime_nsec(),
-    )
-        .hash(&mut h);
-    (btf_path, btf.len(), btf.mtime(), btf.mtime_nsec()).hash(&mut h);
-    let name = format!("{KEPT_PREFIX}{:016x}", h.finish());
-    Some(Path::new(crate::lab::MOUNT_ROOT).join(name))
-}
-
-const KEPT_PREFIX: &str = "offsets-";
-
-fn read_kept(path: &Path) -> Option<ProbeConfig> {
-    let bytes = std::fs::read(path).ok()?;
+fn from_bytes(bytes: &[u8]) -> Option<ProbeConfig> {
     (bytes.len() == size_of::<ProbeConfig>())
         // SAFETY: ProbeConfig is plain integers (aya::Pod) and `bytes` holds exactly one.
         .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ProbeConfig>()) })
 }
 
-/// Writes the offsets (whole or not at all: a temporary file renamed), dropping other
-/// builds' copies.
-fn keep(path: &Path, c: &ProbeConfig) {
-    let Some(dir) = path.parent() else {
-        return;
-    };
-    if std::fs::create_dir_all(dir).is_err() {
-        return;
-    }
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(KEPT_PREFIX) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
+fn as_bytes(c: &ProbeConfig) -> &[u8] {
     // SAFETY: ProbeConfig is plain integers with no padding (see its definition).
-    let bytes = unsafe {
+    unsafe {
         std::slice::from_raw_parts(
             (c as *const ProbeConfig).cast::<u8>(),
             size_of::<ProbeConfig>(),
         )
-    };
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
-        let _ = std::fs::remove_file(&tmp);
     }
 }
 
@@ -163,21 +122,14 @@ mod tests {
     }
 
     #[test]
-    fn kept_offsets_read_back_whole_and_nothing_else() {
-        let dir = std::env::temp_dir().join(format!("fsprof-kept-{}", std::process::id()));
-        let path = dir.join(format!("{KEPT_PREFIX}test"));
+    fn offsets_read_back_whole_and_nothing_else() {
         let c = ProbeConfig {
             task_pid: 2456,
             task_sum_exec: 312,
             ..ProbeConfig::default()
         };
-        keep(&path, &c);
-        let back = read_kept(&path).expect("kept");
+        let back = from_bytes(as_bytes(&c)).expect("whole");
         assert_eq!((back.task_pid, back.task_sum_exec), (2456, 312));
-        std::fs::write(&path, [0u8; 7]).unwrap();
-        assert!(read_kept(&path).is_none(), "a short file is no copy");
-        keep(&dir.join(format!("{KEPT_PREFIX}other")), &c);
-        assert!(!path.exists(), "another build's copy is dropped");
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(from_bytes(&[0u8; 7]).is_none(), "a short file is no copy");
     }
 }

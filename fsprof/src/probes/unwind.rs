@@ -9,17 +9,18 @@
 use fsprof_common::MapName;
 use std::{
     collections::{BTreeMap, HashMap as StdHashMap},
+    os::fd::OwnedFd,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex},
     thread::JoinHandle,
     time::Duration,
 };
 
-use super::mmapped::Mmapped;
+use super::{
+    kept::{self, Kept},
+    mmapped::Mmapped,
+};
 use anyhow::{Context, Result, bail};
 use aya::{
     Ebpf,
@@ -256,16 +257,79 @@ fn compiled(path: &Path, key: FileKey) -> Compiled {
     if let Some(c) = COMPILED.lock().unwrap().get(&id) {
         return c.clone();
     }
-    let c = Arc::new(
-        compile(path)
-            .map(|rows| {
-                let index = index(&rows);
-                (rows, index)
-            })
-            .map_err(|e| format!("{e:#}")),
-    );
+    let c = Arc::new(kept_or_compiled(path, &id).map_err(|e| format!("{e:#}")));
     COMPILED.lock().unwrap().insert(id, c.clone());
     c
+}
+
+/// `compile`'s rows and their index, from a copy kept for this boot and this fsprof build
+/// (`kept`: a start compiles fsprof's own ~14 MB program, ~30 ms, for the child it forks),
+/// else compiled and kept. One copy per file: a changed file replaces its copy.
+fn kept_or_compiled(
+    path: &Path,
+    id: &(FileKey, u64, i64),
+) -> Result<(Vec<UnwindRow>, Vec<[u32; 2]>)> {
+    let (key, len, mtime) = id;
+    let prefix = format!("{}{:x}-{}-", kept::UNWIND, key.dev, key.ino);
+    let kept = Kept::of_with(&prefix, &format!("{len} {mtime}"));
+    if let Some(t) = kept.as_ref().and_then(Kept::read).and_then(|b| decode(&b)) {
+        return Ok(t);
+    }
+    let rows = compile(path)?;
+    let index = index(&rows);
+    if let Some(k) = kept {
+        k.write(&encode(&rows, &index));
+        kept::trim(kept::UNWIND, KEPT_TABLES_BYTES);
+    }
+    Ok((rows, index))
+}
+
+/// At most this much of /run (memory) for kept tables; the oldest go first.
+const KEPT_TABLES_BYTES: u64 = 64 << 20;
+
+/// Rows then index, little-endian, after their counts.
+fn encode(rows: &[UnwindRow], index: &[[u32; 2]]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(8 + 8 * (rows.len() + index.len()));
+    b.extend((rows.len() as u32).to_le_bytes());
+    b.extend((index.len() as u32).to_le_bytes());
+    for r in rows {
+        b.extend(r.pc.to_le_bytes());
+        b.extend([r.rule, r.rbp as u8]);
+        b.extend(r.cfa.to_le_bytes());
+    }
+    for [a, z] in index {
+        b.extend(a.to_le_bytes());
+        b.extend(z.to_le_bytes());
+    }
+    b
+}
+
+fn decode(b: &[u8]) -> Option<(Vec<UnwindRow>, Vec<[u32; 2]>)> {
+    let word = |at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+    let (nrows, nindex) = (word(0)? as usize, word(4)? as usize);
+    if b.len() != 8 + 8 * (nrows + nindex) {
+        return None;
+    }
+    let (rows, index) = b[8..].split_at(8 * nrows);
+    let rows = rows
+        .chunks_exact(8)
+        .map(|c| UnwindRow {
+            pc: u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+            rule: c[4],
+            rbp: c[5] as i8,
+            cfa: u16::from_le_bytes([c[6], c[7]]),
+        })
+        .collect();
+    let index = index
+        .chunks_exact(8)
+        .map(|c| {
+            [
+                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            ]
+        })
+        .collect();
+    Some((rows, index))
 }
 
 struct Loader {
@@ -366,7 +430,9 @@ impl Loader {
 /// The tables of one trace and the thread that loads them on demand; stops with Drop.
 pub struct UnwindTables {
     loader: Arc<Mutex<Loader>>,
-    stop: Arc<AtomicBool>,
+    /// A pipe's write end: closing it wakes the thread at once to stop (an end that waited
+    /// out the thread's poll took up to `MISS_POLL` of every trace's tear-down).
+    stop: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -401,24 +467,24 @@ impl UnwindTables {
             paths: BTreeMap::new(),
         };
         let loader = Arc::new(Mutex::new(loader));
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stopped, stop) = rustix::pipe::pipe()?;
         let wake: RingBuf<MapData> = take(ebpf, MapName::UnwindWake)?;
         let mut on: aya::maps::Array<_, u32> =
             aya::maps::Array::try_from(crate::probes::map_mut(ebpf, MapName::UnwindOn)?)?;
         on.set(0, 1, 0)?;
         let thread = {
-            let (loader, stop) = (loader.clone(), stop.clone());
+            let loader = loader.clone();
             std::thread::Builder::new()
                 .name("fsprof-unwind".into())
                 .spawn(move || {
-                    if let Err(e) = serve(&loader, &stop, wake) {
+                    if let Err(e) = serve(&loader, &stopped, wake) {
                         eprintln!("fsprof: warning: loading unwind tables: {e:#}");
                     }
                 })?
         };
         let tables = UnwindTables {
             loader,
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
         };
         // A child fsprof forks runs fsprof's own code until it execs.
@@ -441,18 +507,21 @@ impl UnwindTables {
     }
 }
 
-/// The loader thread: serves the kernel's wakeups until `stop`.
-fn serve(loader: &Mutex<Loader>, stop: &AtomicBool, mut wake: RingBuf<MapData>) -> Result<()> {
+/// The loader thread: serves the kernel's wakeups until `stopped` (a pipe's read end)
+/// sees its write end closed.
+fn serve(loader: &Mutex<Loader>, stopped: &OwnedFd, mut wake: RingBuf<MapData>) -> Result<()> {
     use std::os::fd::AsRawFd;
-    let fd = wake.as_raw_fd();
-    while !stop.load(Ordering::Relaxed) {
-        let mut pfd = libc::pollfd {
+    loop {
+        let mut pfds = [wake.as_raw_fd(), stopped.as_raw_fd()].map(|fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, MISS_POLL.as_millis() as i32) };
+        });
+        // SAFETY: two valid pollfds.
+        unsafe { libc::poll(pfds.as_mut_ptr(), 2, MISS_POLL.as_millis() as i32) };
+        if pfds[1].revents != 0 {
+            return Ok(());
+        }
         let mut events = Vec::new();
         while let Some(item) = wake.next() {
             if item.len() >= size_of::<UnwindMiss>() {
@@ -465,16 +534,15 @@ fn serve(loader: &Mutex<Loader>, stop: &AtomicBool, mut wake: RingBuf<MapData>) 
         for miss in events {
             l.serve(miss)?;
         }
-        if pfd.revents == 0 {
+        if pfds[0].revents == 0 {
             l.serve_misses()?;
         }
     }
-    Ok(())
 }
 
 impl Drop for UnwindTables {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -498,11 +566,13 @@ fn with_libraries(program: &Path) -> Vec<PathBuf> {
     let mut seen: StdHashMap<String, ()> = StdHashMap::new();
     let mut i = 0;
     while i < out.len() {
-        let Ok(data) = std::fs::read(&out[i]) else {
+        // Only the headers and two small sections are read: fsprof's own program is ~14 MB.
+        let Ok(file) = std::fs::File::open(&out[i]) else {
             i += 1;
             continue;
         };
-        let Ok(elf) = object::File::parse(&*data) else {
+        let data = object::ReadCache::new(file);
+        let Ok(elf) = object::File::parse(&data) else {
             i += 1;
             continue;
         };
@@ -529,7 +599,7 @@ fn with_libraries(program: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn interpreter(elf: &object::File) -> Option<String> {
+fn interpreter<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<String> {
     let s = elf.section_by_name(".interp")?;
     let d = s.data().ok()?;
     let end = d.iter().position(|&b| b == 0).unwrap_or(d.len());
@@ -537,7 +607,7 @@ fn interpreter(elf: &object::File) -> Option<String> {
 }
 
 /// DT_NEEDED entries of a 64-bit little-endian ELF file.
-fn needed(elf: &object::File) -> Vec<String> {
+fn needed<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Vec<String> {
     let (Some(dynamic), Some(dynstr)) = (
         elf.section_by_name(".dynamic"),
         elf.section_by_name(".dynstr"),
@@ -586,6 +656,10 @@ mod tests {
             .expect("ls links libc");
         let rows = compile(&libc).unwrap();
         assert!(rows.len() > 5000, "{} rows", rows.len());
+        // A kept copy reads back as compiled; a cut one is no copy.
+        let kept = encode(&rows, &index(&rows));
+        assert_eq!(decode(&kept), Some((rows.clone(), index(&rows))));
+        assert_eq!(decode(&kept[..kept.len() - 8]), None);
         assert!(rows.windows(2).all(|w| w[0].pc < w[1].pc));
         // _start-like entries (clone3, the thread start) mark the outermost frame.
         assert!(rows.iter().any(|r| r.rule == RULE_END));
