@@ -265,69 +265,12 @@ pub fn html(study: &CrashStudy) -> String {
     if let Some(vm) = &study.vm {
         let _ = write!(o, "<p>{}</p>", esc(&vm.describe()));
     }
-    let head: String = Outcome::ALL
-        .iter()
-        .map(|x| format!("<th>{}</th>", x.name()))
-        .collect();
     for g in groups(study) {
-        let _ = write!(
-            o,
-            "<h2>{}</h2><table class=\"grid\"><tr><th>pattern</th><th>crash point</th>{head}\
-             <th>recovery</th><th>fsck (read-only)</th></tr>",
-            esc(&title(&g))
-        );
-        for r in g.iter().map(|c| row(c)) {
-            let counts: String = r
-                .counts
-                .iter()
-                .zip(Outcome::ALL)
-                .map(|(n, x)| match n {
-                    0 => "<td class=\"none\">0</td>".to_string(),
-                    n => format!("<td class=\"{}\">{n}</td>", x.name()),
-                })
-                .collect();
-            let mark = if r.broken {
-                format!(" <b class=\"broken\">{BROKEN}</b>")
-            } else {
-                String::new()
-            };
-            let _ = write!(
-                o,
-                "<tr><td>{}</td><td>{}</td>{counts}<td>{}</td><td>{}{mark}</td></tr>",
-                esc(&r.pattern),
-                esc(&r.point),
-                esc(&r.recovery),
-                esc(&r.fsck)
-            );
-        }
-        o.push_str("</table>");
-        let notes: String = notes(&g)
-            .iter()
-            .map(|n| format!("<li>{}</li>", esc(n)))
-            .collect();
-        if !notes.is_empty() {
-            let _ = write!(o, "<ul>{notes}</ul>");
-        }
+        html_outcomes(&mut o, &g);
     }
     let _ = write!(o, "<p>{}</p>", esc(FOOTNOTE));
     for g in cost_groups(&study.costs) {
-        let _ = write!(
-            o,
-            "<h2>{}</h2><table class=\"grid\"><tr>",
-            esc(&cost_title(&g))
-        );
-        for h in COST_HEADER {
-            let _ = write!(o, "<th>{h}</th>");
-        }
-        o.push_str("</tr>");
-        for c in g {
-            let cells: String = cost_row(c)
-                .iter()
-                .map(|x| format!("<td>{}</td>", esc(x)))
-                .collect();
-            let _ = write!(o, "<tr>{cells}</tr>");
-        }
-        o.push_str("</table>");
+        html_costs(&mut o, &g);
     }
     let broken = broken_cells(study);
     if !broken.is_empty() {
@@ -339,6 +282,73 @@ pub fn html(study: &CrashStudy) -> String {
     }
     o.push_str("</body></html>\n");
     o
+}
+
+/// One group's outcome table, with its notes under it.
+fn html_outcomes(o: &mut String, g: &[&CrashCell]) {
+    let head: String = Outcome::ALL
+        .iter()
+        .map(|x| format!("<th>{}</th>", x.name()))
+        .collect();
+    let _ = write!(
+        o,
+        "<h2>{}</h2><table class=\"grid\"><tr><th>pattern</th><th>crash point</th>{head}\
+         <th>recovery</th><th>fsck (read-only)</th></tr>",
+        esc(&title(g))
+    );
+    for r in g.iter().map(|c| row(c)) {
+        let counts: String = r
+            .counts
+            .iter()
+            .zip(Outcome::ALL)
+            .map(|(n, x)| match n {
+                0 => "<td class=\"none\">0</td>".to_string(),
+                n => format!("<td class=\"{}\">{n}</td>", x.name()),
+            })
+            .collect();
+        let mark = if r.broken {
+            format!(" <b class=\"broken\">{BROKEN}</b>")
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td>{counts}<td>{}</td><td>{}{mark}</td></tr>",
+            esc(&r.pattern),
+            esc(&r.point),
+            esc(&r.recovery),
+            esc(&r.fsck)
+        );
+    }
+    o.push_str("</table>");
+    let notes: String = notes(g)
+        .iter()
+        .map(|n| format!("<li>{}</li>", esc(n)))
+        .collect();
+    if !notes.is_empty() {
+        let _ = write!(o, "<ul>{notes}</ul>");
+    }
+}
+
+/// One group's cost table.
+fn html_costs(o: &mut String, g: &[&CrashCost]) {
+    let _ = write!(
+        o,
+        "<h2>{}</h2><table class=\"grid\"><tr>",
+        esc(&cost_title(g))
+    );
+    for h in COST_HEADER {
+        let _ = write!(o, "<th>{h}</th>");
+    }
+    o.push_str("</tr>");
+    for c in g {
+        let cells: String = cost_row(c)
+            .iter()
+            .map(|x| format!("<td>{}</td>", esc(x)))
+            .collect();
+        let _ = write!(o, "<tr>{cells}</tr>");
+    }
+    o.push_str("</table>");
 }
 
 /// The study as markdown tables, for a write-up.
