@@ -391,11 +391,10 @@ fn preload_running(probes: &Probes, pid: u32) {
 
 /// Loads the probes, with what start-up waits on read side by side: aya's two parses of
 /// the kernel's BTF (~20 ms each: its loader's and ours) on helper threads while this one
-/// reads, with stacks, the kernel's
-/// symbols (~12 ms from the kept copy) that naming them needs at the end (blazesym's
-/// symbolizer stays on its thread); btf_rs's parse (~80 ms) on another when needed. The parse is not waited for here: whoever
-/// needs it (the offsets, the fs events' device filters) waits for it; and when both are
-/// kept from an earlier start of this boot (`probes::kept`) it does not run at all.
+/// reads, with stacks, the kernel's symbols (~12 ms from the kept copy) that naming them
+/// needs at the end (blazesym's symbolizer stays on its thread). btf_rs's parse (~80 ms)
+/// runs on another only when the offsets or the fs events' device filters are not kept
+/// from an earlier start of this boot (`probes::kept`); whoever needs it waits for it.
 fn load_probes(opts: &TraceOptions) -> Result<Probes> {
     let started = std::time::Instant::now();
     if !crate::probes::kept::all_kept(opts.probes.fs_events.is_some()) {

@@ -664,9 +664,6 @@ fn attach_sampler(ebpf: &mut Ebpf, p: Program, period_ns: u64) -> Result<()> {
     Ok(())
 }
 
-/// Loads `programs`, one per CPU at a time: the kernel verifies a program on the loading
-/// thread, and fsprof's take ~0.3 s of verification on one CPU (sched_switch ~75k
-/// instructions, sys_exit ~26k). Returns each program's outcome by name.
 /// The programs the verifier takes longest on, longest first (strace -T of
 /// BPF_PROG_LOAD, 6.18: 45, 21, 13 and 12 ms; every other program ≤ 8 ms). Verified first,
 /// the others fill in beside them: the verify lap is then about half the verifier's total.
@@ -677,6 +674,9 @@ const LONGEST_TO_VERIFY: [Program; 4] = [
     Program::BlockRqIssue,
 ];
 
+/// Loads `programs`, one per CPU at a time: the kernel verifies a program on the loading
+/// thread, and fsprof's take ~0.12 s of verification on one CPU (strace -T: see
+/// `LONGEST_TO_VERIFY`). Returns each program's outcome by name.
 fn verify_in_parallel<'p>(
     ebpf: &mut Ebpf,
     programs: impl Iterator<Item = &'p Program>,
