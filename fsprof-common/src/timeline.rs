@@ -24,6 +24,7 @@ pub enum TimelineKind {
     FsPair = 6,
     Syscall = 7,
     Blocked = 8,
+    OffCpuStack = 9,
 }
 
 #[cfg(feature = "user")]
@@ -161,6 +162,23 @@ pub struct TimelineBlocked {
     pub frames: [u64; TIMELINE_BLOCKED_FRAMES],
 }
 
+/// Off-CPU time of a followed thread given a stack, as the stack weights get it: a wait
+/// that took a stack (with the shorter ones of its class since the last, see
+/// fsprof-ebpf `offcpu`), or at exit what its class had not yet attributed. The header's
+/// `ts` is when the wait ended (the thread's switch-in; at exit, the exit).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TimelineStack {
+    pub head: TimelineHeader,
+    pub ns: u64,
+    pub tid: u32,
+    /// `TimeClass`.
+    pub class: u32,
+    /// The stack's id (STACK_IDS); 0: none could be had.
+    pub stack: u32,
+    pub _pad: u32,
+}
+
 // Read by userspace as plain bytes: no implicit padding anywhere.
 const _: () = {
     assert!(core::mem::size_of::<TimelineHeader>() == 24);
@@ -170,5 +188,6 @@ const _: () = {
     assert!(core::mem::size_of::<TimelineFork>() == 24 + 32 + 8);
     assert!(core::mem::size_of::<TimelineBlock>() == 24 + 24 + 16);
     assert!(core::mem::size_of::<TimelineSpan>() == 24 + 16 + 16);
+    assert!(core::mem::size_of::<TimelineStack>() == 24 + 8 + 16);
     assert!(core::mem::size_of::<TimelineBlocked>() == 24 + 8 + 8 * TIMELINE_BLOCKED_FRAMES);
 };

@@ -17,8 +17,9 @@ use aya_ebpf::{bindings::task_struct, macros::map, maps::HashMap};
 use fsprof_common::{Counter, StackKey, TIME_CLASSES, TaskState};
 
 use crate::{
-    common::{conf, count},
+    common::{conf, count, now},
     stacks::{add_wake, add_weight, key_id, task_key},
+    timeline,
 };
 
 /// Kernel halves of stacks waiting for their user half, by thread. Few threads are ever
@@ -94,29 +95,30 @@ pub unsafe fn switch_in(
         }
         (*t).aw_mask = mask;
         if conf!(off_cpu_period_ns) == 0 {
-            attribute(t, (*t).ep_stack);
+            attribute(t, tid, (*t).ep_stack, (*t).on_since);
             return false;
         }
         let Some(key) = task_key(task, (*t).ep_user) else {
-            attribute(t, 0);
+            attribute(t, tid, 0, (*t).on_since);
             return false;
         };
         if (*t).ep_user != 0 || (*t).ep_in_syscall == 0 {
-            attribute(t, key_id(&*key));
+            attribute(t, tid, key_id(&*key), (*t).on_since);
             return false;
         }
         if PENDING_KEYS.insert(&tid, &*key, 0).is_err() {
             count(Counter::UserStackFailed);
-            attribute(t, key_id(&*key));
+            attribute(t, tid, key_id(&*key), (*t).on_since);
             return false;
         }
         true
     }
 }
 
-/// The thread runs in its own context again: its pending stack gets user stack `user`.
+/// The thread runs in its own context again: its pending stack gets user stack `user`;
+/// `since` is when it last switched in (when the phases it waits with ended).
 #[inline(always)]
-pub unsafe fn complete(t: *mut TaskState, tid: u32, user: u32) {
+pub unsafe fn complete(t: *mut TaskState, tid: u32, user: u32, since: u64) {
     unsafe {
         let mut id = 0;
         if let Some(key) = PENDING_KEYS.get_ptr_mut(&tid) {
@@ -124,7 +126,7 @@ pub unsafe fn complete(t: *mut TaskState, tid: u32, user: u32) {
             id = key_id(&*key);
             let _ = PENDING_KEYS.remove(&tid);
         }
-        attribute(t, id);
+        attribute(t, tid, id, since);
     }
 }
 
@@ -134,9 +136,10 @@ pub unsafe fn awaiting(t: *const TaskState) -> bool {
     unsafe { (*t).aw_mask != 0 }
 }
 
-/// Adds the phases waiting in `t` to `stack` (the blocked one also to its waker edge).
+/// Adds the phases waiting in `t` (thread `tid`) to `stack` (the blocked one also to its
+/// waker edge); they ended at `since`, its last switch-in.
 #[inline(always)]
-unsafe fn attribute(t: *mut TaskState, stack: u32) {
+unsafe fn attribute(t: *mut TaskState, tid: u32, stack: u32, since: u64) {
     unsafe {
         let mask = (*t).aw_mask;
         if mask & 1 != 0 {
@@ -145,11 +148,13 @@ unsafe fn attribute(t: *mut TaskState, stack: u32) {
             add_weight(stack, class, ns, n);
             add_wake(waker, stack, class, ns, n);
             remember(t, class, stack, waker);
+            timeline::off_cpu_stack(since, tid, class, stack, ns);
         }
         if mask & 2 != 0 {
             let (class, ns, n) = ((*t).aw_class[1], (*t).aw_ns[1], (*t).aw_n[1]);
             add_weight(stack, class, ns, n);
             remember(t, class, stack, 0);
+            timeline::off_cpu_stack(since, tid, class, stack, ns);
         }
         (*t).aw_mask = 0;
     }
@@ -172,7 +177,7 @@ unsafe fn remember(t: *mut TaskState, class: u32, stack: u32, waker: u32) {
 pub unsafe fn flush(t: *mut TaskState, tid: u32) {
     unsafe {
         if awaiting(t) {
-            complete(t, tid, 0);
+            complete(t, tid, 0, now());
         }
         // A blocked phase whose wakeup came too late for the last switch-in (seen once in
         // tens of traces: a parent's wait4 while its child exits) joins its class's rest.
@@ -190,6 +195,7 @@ pub unsafe fn flush(t: *mut TaskState, tid: u32) {
             if ns != 0 {
                 let (stack, n, waker) = ((*t).last_stack[c], (*t).short_n[c], (*t).last_waker[c]);
                 add_weight(stack, c as u32, ns, n);
+                timeline::off_cpu_stack(now(), tid, c as u32, stack, ns);
                 if waker != 0 {
                     add_wake(waker, stack, c as u32, ns, n);
                 }

@@ -161,6 +161,7 @@ unsafe fn switch_out(
 ) {
     let (in_syscall, cached_ustack) = unsafe { take_syscall(t, tid, cpu) };
     let state = ctx.arg::<u64>(3) as u32;
+    let since = unsafe { (*t).on_since };
     unsafe {
         let exec = btf_read::<u64>(ctx.arg::<*const u8>(1), conf!(task_sum_exec));
         if (*t).on_since != 0 {
@@ -182,7 +183,7 @@ unsafe fn switch_out(
         user = capture_user(SLOT_SCHED, current_tgid());
     }
     if awaiting {
-        unsafe { offcpu::complete(t, tid, user) };
+        unsafe { offcpu::complete(t, tid, user, since) };
     }
     if state & TASK_DEAD != 0 {
         unsafe { exited(t, tid, stacks) };
@@ -259,8 +260,9 @@ unsafe fn switch_in(
             _ => None,
         };
         let task = ctx.arg::<*mut task_struct>(2);
-        (*c).await_user = offcpu::switch_in(t, tid, task, ended) as u32;
+        // Set first: the timeline dates the waits that get a stack by it.
         (*t).on_since = ts;
+        (*c).await_user = offcpu::switch_in(t, tid, task, ended) as u32;
         (*t).exec_in = btf_read::<u64>(task.cast(), conf!(task_sum_exec));
         // ... and back to the CPU it runs on now.
         run_here(c, tid, t);

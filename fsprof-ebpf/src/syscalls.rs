@@ -75,7 +75,7 @@ fn complete_user(tid: u32, cached: u32) {
     } else {
         capture_user(SLOT_SYSCALL, current_tgid())
     };
-    unsafe { offcpu::complete(t, tid, user) };
+    unsafe { offcpu::complete(t, tid, user, (*t).on_since) };
 }
 
 // TP_PROTO(struct pt_regs *regs, long ret)

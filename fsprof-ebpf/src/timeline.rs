@@ -16,8 +16,8 @@ use fsprof_common::{
     config::TASK_DEAD,
     timeline::{
         TIMELINE_BLOCKED_FRAMES, TIMELINE_DEAD, TIMELINE_OFF_BYTES, TimelineBlock, TimelineBlocked,
-        TimelineFork, TimelineHeader, TimelineKind, TimelineSpan, TimelineSwitch, TimelineTask,
-        TimelineWaking,
+        TimelineFork, TimelineHeader, TimelineKind, TimelineSpan, TimelineStack, TimelineSwitch,
+        TimelineTask, TimelineWaking,
     },
 };
 
@@ -108,6 +108,28 @@ pub fn span(kind: TimelineKind, id: u32, start: u64, value: i64) {
         (*s).tid = current_tid();
         (*s).tgid = current_tgid();
         (*s).id = id;
+        (*s)._pad = 0;
+    });
+}
+
+/// Streams off-CPU time `ns` of `class` that thread `tid` spent until `ts` and that went
+/// to stack `stack`, when the timeline is on (called where the off-CPU stacks are
+/// weighted). A subprogram: sched_switch weighs stacks in ten places.
+#[inline(never)]
+pub fn off_cpu_stack(ts: u64, tid: u32, class: u32, stack: u32, ns: u64) {
+    if conf!(timeline) == 0 {
+        return;
+    }
+    emit_with(|s: *mut TimelineStack| unsafe {
+        write_header(&raw mut (*s).head, TimelineKind::OffCpuStack);
+        // 0: its switch-in was not seen (attached meanwhile); now, then.
+        if ts != 0 {
+            (*s).head.ts = ts;
+        }
+        (*s).ns = ns;
+        (*s).tid = tid;
+        (*s).class = class;
+        (*s).stack = stack;
         (*s)._pad = 0;
     });
 }

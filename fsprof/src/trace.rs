@@ -496,8 +496,8 @@ fn run_command(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResul
     Ok(())
 }
 
-/// After the target: syncfs (probes still attached), the timeline written, the maps read,
-/// the stacks named, leftovers killed.
+/// After the target: syncfs (probes still attached), the maps read, the stacks named, the
+/// timeline written (its off-CPU stacks named as the graphs name them), leftovers killed.
 fn finish(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResult) -> Result<()> {
     if let Some(fs) = &opts.sync_after {
         result.syncfs_ns = Some(ns(os::syncfs(fs)?));
@@ -506,34 +506,57 @@ fn finish(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResult) ->
         }
     }
     probes.laps.skip();
-    if let Some(stream) = probes.finish_timeline() {
-        let path = opts
-            .timeline
-            .as_deref()
-            .context("a timeline without a file")?;
-        let names = aggregate::timeline::SpanNames {
-            pairs: probes
-                .fs_events
-                .iter()
-                .flat_map(|f| f.pairs.iter().cloned())
-                .collect(),
-            syscall_min_ns: opts.probes.timeline.map_or(0, |t| t.syscall_min_ns),
-        };
-        let written = aggregate::timeline::write(path, stream?, &result.kernel, &names)?;
-        result.timeline = Some(written);
-        probes.laps.lap("timeline");
-    }
+    let stream = probes.finish_timeline();
     let (profile, open) = aggregate::collect(probes)?;
     result.profile = profile;
     probes.laps.lap("collect");
-    if let Some(st) = stacks::collect(probes, &open, opts.device_name.as_deref())? {
-        finish_stacks(result, &st, opts.flames.as_ref())?;
+    let stacks = stacks::collect(probes, &open, opts.device_name.as_deref())?;
+    if let Some(st) = &stacks {
+        finish_stacks(result, st, opts.flames.as_ref())?;
     }
     probes.laps.lap("stacks");
+    if let Some(stream) = stream {
+        let off_cpu = aggregate::timeline::OffCpuStacks {
+            named: stacks.as_ref().map(|s| &s.named),
+            open: &open,
+        };
+        result.timeline = Some(write_timeline(
+            probes,
+            opts,
+            stream?,
+            &result.kernel,
+            &off_cpu,
+        )?);
+    }
     if let Some(dir) = &opts.kill_leftovers_in
         && opts.pid.is_none()
     {
         kill_leftovers(probes, dir)?;
     }
     Ok(())
+}
+
+/// The timeline's stream written as a Perfetto trace to `--timeline`.
+fn write_timeline(
+    probes: &mut Probes,
+    opts: &TraceOptions,
+    stream: crate::probes::timeline::Stream,
+    kernel: &str,
+    off_cpu: &aggregate::timeline::OffCpuStacks,
+) -> Result<aggregate::timeline::TimelineSummary> {
+    let path = opts
+        .timeline
+        .as_deref()
+        .context("a timeline without a file")?;
+    let names = aggregate::timeline::SpanNames {
+        pairs: probes
+            .fs_events
+            .iter()
+            .flat_map(|f| f.pairs.iter().cloned())
+            .collect(),
+        syscall_min_ns: opts.probes.timeline.map_or(0, |t| t.syscall_min_ns),
+    };
+    let written = aggregate::timeline::write(path, stream, kernel, &names, off_cpu)?;
+    probes.laps.lap("timeline");
+    Ok(written)
 }

@@ -40,8 +40,10 @@ const TOOLS: &[&str] = &[
     "busybox-static",
     "udev",
 ];
-/// virtme-ng from PyPI, pinned: its command line and guest init are what fsprof drives.
-const VIRTME_NG: &str = "virtme-ng==1.42";
+/// From PyPI, pinned: virtme-ng, whose command line and guest init `run --kernel` drives;
+/// Perfetto's Python package, whose compiled trace schema (v59, with the stack samples the
+/// tests' Rust schema crate predates) reads the timelines fsprof writes in the tests.
+const PYPI: &[&str] = &["virtme-ng==1.42", "perfetto==0.59.1"];
 const TOOLCHAIN: &[&str] = &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf"];
 
 fn output(cmd: &mut Command) -> Option<String> {
@@ -262,15 +264,16 @@ pub fn ensure() -> Result<()> {
     let llvm = rustc_llvm_major()?;
     apt_install(&[&format!("llvm-{llvm}-dev")])?;
     ensure_bpf_linker(&llvm)?;
-    ensure_virtme_ng()?;
+    PYPI.iter().try_for_each(|p| pip_install(p))?;
     ensure_toolchain_link()
 }
 
-fn ensure_virtme_ng() -> Result<()> {
-    let want = VIRTME_NG.split("==").nth(1).unwrap_or_default();
+/// `pinned` (name==version) from PyPI, unless that version is installed.
+fn pip_install(pinned: &str) -> Result<()> {
+    let (name, want) = pinned.split_once("==").unwrap_or((pinned, ""));
     let have = output(Command::new("python3").args([
         "-c",
-        "import importlib.metadata as m; print(m.version('virtme-ng'))",
+        &format!("import importlib.metadata as m; print(m.version('{name}'))"),
     ]));
     if have.as_deref().map(str::trim) == Some(want) {
         return Ok(());
@@ -281,6 +284,6 @@ fn ensure_virtme_ng() -> Result<()> {
         "install",
         "--quiet",
         "--root-user-action=ignore",
-        VIRTME_NG,
+        pinned,
     ]))
 }

@@ -159,21 +159,29 @@ pub(super) fn open_intervals(
         };
         // No kernel stack was taken for the open phase or the time not yet attributed:
         // they go to the last stack of their class, as at exit.
-        let last = |class: u32| t.last_stack.get(class as usize).copied().unwrap_or(0);
+        let mut push = |class: u32, ns: u64| {
+            open.push(stacks::OpenInterval {
+                tid,
+                stack: t.last_stack.get(class as usize).copied().unwrap_or(0),
+                class,
+                ns,
+                at: now,
+            })
+        };
         if t.off_since != 0 {
-            open.push((last(t.off_class), t.off_class, off_ns));
+            push(t.off_class, off_ns);
         }
         if t.pend_ns != 0 {
-            open.push((last(t.pend_class), t.pend_class, t.pend_ns));
+            push(t.pend_class, t.pend_ns);
         }
         for i in 0..2 {
             if t.aw_mask & (1 << i) != 0 {
-                open.push((last(t.aw_class[i]), t.aw_class[i], t.aw_ns[i]));
+                push(t.aw_class[i], t.aw_ns[i]);
             }
         }
         for (class, &ns) in t.short_ns.iter().enumerate() {
             if ns != 0 {
-                open.push((last(class as u32), class as u32, ns));
+                push(class as u32, ns);
             }
         }
         split.on_cpu.ns += unseen_ns;

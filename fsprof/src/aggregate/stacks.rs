@@ -97,6 +97,39 @@ pub struct Stacks {
     pub unwinder: (u64, u64, u64),
     /// The files of the frames' `At::File`, by path.
     pub files: BTreeMap<FileKey, std::path::PathBuf>,
+    /// The target's stacks by id, for the timeline (its records name stacks by id).
+    pub named: StdHashMap<u32, NamedStack>,
+}
+
+/// A stack as exports without addresses show it (the timeline): its process, and its
+/// frames root first, user then kernel, each with the file its code is in.
+#[derive(Clone, Debug, Default)]
+pub struct NamedStack {
+    pub tgid: u32,
+    /// (function, file): "[kernel]" for the kernel's frames, "" where not known.
+    pub frames: Vec<(String, String)>,
+}
+
+impl NamedStack {
+    fn of(s: &WeightedStack, files: &BTreeMap<FileKey, std::path::PathBuf>) -> NamedStack {
+        let file = |at: At| match at {
+            At::Kernel(_) => "[kernel]".to_string(),
+            At::File(f, _) => files
+                .get(&f)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            At::Nowhere => String::new(),
+        };
+        let user = located(&s.user, &s.user_at);
+        let kernel = located(&s.kernel, &s.kernel_at);
+        NamedStack {
+            tgid: s.tgid,
+            frames: user
+                .chain(kernel)
+                .map(|(n, at)| (n.to_string(), file(at)))
+                .collect(),
+        }
+    }
 }
 
 /// A stack shown in reports and kept in the JSON (`explain` reads these).
@@ -456,8 +489,16 @@ fn files_of(stacks: &Stacks, syms: &mut symbols::Symbols) -> BTreeMap<FileKey, s
     out
 }
 
-/// Extra (stack, class, ns) the caller adds: intervals still open at collection.
-pub type OpenInterval = (u32, u32, u64);
+/// Off-CPU time of thread `tid` still open at collection (`at`), or not yet given to a
+/// stack: it goes to `stack`, the last of its class.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenInterval {
+    pub tid: u32,
+    pub stack: u32,
+    pub class: u32,
+    pub ns: u64,
+    pub at: u64,
+}
 
 /// Reads and symbolizes every stack weight. `dev_name` (e.g. "loop0") narrows the
 /// background threads that carry a device in their name (jbd2/loop0-8) to that device.
@@ -472,9 +513,9 @@ fn read_weights(
         e.0 += x.ns;
         e.1 += x.count;
     }
-    for &(stack, class, ns) in open {
-        let e = w.entry((stack, class)).or_default();
-        e.0 += ns;
+    for o in open {
+        let e = w.entry((o.stack, o.class)).or_default();
+        e.0 += o.ns;
         e.1 += 1;
     }
     Ok(w)
@@ -565,12 +606,16 @@ pub fn collect(
     };
     read_counters(ebpf, &mut stacks)?;
     let wakes = read_wakes(ebpf)?;
+    let mut off_cpu = Vec::new();
     symbols::with(|syms| {
         syms.know_files(&files);
         for ((id, class), (ns, count)) in w {
             let on_cpu = class == TimeClass::OnCpu as u32 || class == STACK_CLASS_BACKGROUND;
             let who = captured.resolve(syms, id, on_cpu);
             let s = weighted(class, ns, count, who.as_ref());
+            if !on_cpu && who.is_some() {
+                off_cpu.push((id, s.clone()));
+            }
             place(&mut stacks, s, who.as_ref(), dev_name);
         }
         for (k, ns, count) in wakes {
@@ -581,6 +626,10 @@ pub fn collect(
         }
         stacks.files = files_of(&stacks, syms);
     });
+    for (id, s) in off_cpu {
+        let named = NamedStack::of(&s, &stacks.files);
+        stacks.named.insert(id, named);
+    }
     Ok(Some(stacks))
 }
 

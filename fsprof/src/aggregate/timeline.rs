@@ -24,6 +24,7 @@ use fsprof_common::{
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use super::stacks::{NamedStack, OpenInterval, class_label};
 use crate::probes::timeline::{Dirty, Record, Stream};
 
 /// The messages of Perfetto's trace format (protos/perfetto/trace/perfetto_trace.proto) that
@@ -55,6 +56,55 @@ mod proto {
         pub track_descriptor: Option<TrackDescriptor>,
         #[prost(message, optional, tag = "12")]
         pub interned_data: Option<InternedData>,
+        #[prost(message, optional, tag = "135")]
+        pub stack_sample: Option<StackSample>,
+    }
+
+    /// A callstack of a thread weighed in a counter's unit (profiling/stack_sample.proto,
+    /// Perfetto v58 on): here, off-CPU time.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct StackSample {
+        #[prost(message, optional, tag = "1")]
+        pub task_context: Option<TaskContext>,
+        #[prost(message, optional, tag = "5")]
+        pub callstack: Option<InlineCallstack>,
+        #[prost(message, optional, tag = "9")]
+        pub primary_descriptor: Option<SampleCounter>,
+        #[prost(uint64, optional, tag = "11")]
+        pub primary_weight: Option<u64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TaskContext {
+        #[prost(uint32, optional, tag = "2")]
+        pub pid: Option<u32>,
+        #[prost(uint32, optional, tag = "3")]
+        pub tid: Option<u32>,
+    }
+
+    /// StackSample.CounterDescriptor.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SampleCounter {
+        #[prost(string, optional, tag = "2")]
+        pub name: Option<String>,
+        /// StackSample.Unit: 1 nanoseconds.
+        #[prost(int32, optional, tag = "3")]
+        pub unit: Option<i32>,
+    }
+
+    /// Frames bottom (outermost) first (profiling/inline_callstack.proto).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct InlineCallstack {
+        #[prost(message, repeated, tag = "1")]
+        pub frames: Vec<InlineFrame>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct InlineFrame {
+        #[prost(string, optional, tag = "1")]
+        pub function_name: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub source_file: Option<String>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -254,7 +304,7 @@ pub struct TimelineSummary {
     pub path: String,
     pub bytes: u64,
     /// Records by kind: switch, waking, fork, block_issue, block_complete, fs_pair,
-    /// syscall, blocked.
+    /// syscall, blocked, off_cpu_stack.
     pub records: BTreeMap<String, u64>,
     /// Block requests drawn as slices (issued during the trace), per device name.
     pub block_requests: BTreeMap<String, u64>,
@@ -270,6 +320,11 @@ pub struct TimelineSummary {
     pub undecoded: u64,
     /// The target's threads seen.
     pub threads: u64,
+    /// Off-CPU time given a stack, as stack samples of its thread, by class: one per wait
+    /// that took a stack (with the shorter ones of its class since), one per remainder at
+    /// a thread's exit or still open at the end.
+    #[serde(default)]
+    pub off_cpu_stacks: BTreeMap<String, u64>,
 }
 
 /// The sequence all of fsprof's track events are written on.
@@ -284,6 +339,8 @@ const COUNTER: i32 = 4;
 /// CounterDescriptor.Unit.
 const UNIT_COUNT: i32 = 2;
 const UNIT_SIZE_BYTES: i32 = 3;
+/// StackSample.Unit.
+const UNIT_NANOSECONDS: i32 = 1;
 
 /// What names the spans' ids.
 pub struct SpanNames {
@@ -293,12 +350,21 @@ pub struct SpanNames {
     pub syscall_min_ns: u64,
 }
 
+/// The target's off-CPU stacks, to put the timeline's stack records on: named by id, and
+/// the time still open at the end (`aggregate::collect`).
+#[derive(Default)]
+pub struct OffCpuStacks<'a> {
+    pub named: Option<&'a HashMap<u32, NamedStack>>,
+    pub open: &'a [OpenInterval],
+}
+
 /// Writes `records` as a Perfetto trace to `path`.
 pub fn write(
     path: &Path,
     stream: Stream,
     kernel: &str,
     names: &SpanNames,
+    stacks: &OffCpuStacks,
 ) -> Result<TimelineSummary> {
     let mut records = stream.records;
     records.sort_by_key(|r| r.head().ts);
@@ -316,6 +382,8 @@ pub fn write(
     let spans = span_packets(&records, names);
     trace.packet.extend(spans.packets);
     trace.packet.extend(dirty);
+    let (samples, off_cpu_stacks) = stack_samples(&records, stacks);
+    trace.packet.extend(samples);
     let bytes = trace.encode_to_vec();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -332,6 +400,7 @@ pub fn write(
         lost: records.iter().map(|r| r.head().lost_before).sum(),
         undecoded: stream.undecoded,
         threads: target_threads(&records).len() as u64,
+        off_cpu_stacks,
     })
 }
 
@@ -441,7 +510,7 @@ fn ftrace_events(r: &Record, callers: &mut Interned) -> Vec<FtraceEvent> {
                 ..at(f.parent_tid)
             },
         ],
-        Record::Block(_) | Record::Span(_) => Vec::new(),
+        Record::Block(_) | Record::Span(_) | Record::Stack(_) => Vec::new(),
     }
 }
 
@@ -565,7 +634,7 @@ fn ftrace_bundles(records: &[Record], functions: &BlockedFunctions) -> Vec<Trace
     let mut done = Vec::new();
     for r in records {
         let h = r.head();
-        if matches!(r, Record::Block(_) | Record::Span(_)) {
+        if matches!(r, Record::Block(_) | Record::Span(_) | Record::Stack(_)) {
             continue;
         }
         if h.lost_before > 0
@@ -954,6 +1023,70 @@ fn thread_track(s: &TimelineSpan) -> TracePacket {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// Off-CPU time given a stack as stack samples of its thread (Perfetto draws them on the
+/// thread's process and weighs an area's flame graph by them): the stack (user frames, then
+/// the kernel's) weighed in nanoseconds of its class's counter (`off-CPU: I/O wait`, …),
+/// at the end of the wait that took it, or at the end of the trace for time still open.
+/// Per class they add up to the stacks' weights, so to the time classes. Also the count
+/// per class.
+fn stack_samples(
+    records: &[Record],
+    stacks: &OffCpuStacks,
+) -> (Vec<TracePacket>, BTreeMap<String, u64>) {
+    let threads = target_threads(records);
+    let recorded = records.iter().filter_map(|r| match r {
+        Record::Stack(s) => Some((s.head.ts, s.tid, s.class, s.stack, s.ns)),
+        _ => None,
+    });
+    let open = stacks
+        .open
+        .iter()
+        .map(|o| (o.at, o.tid, o.class, o.stack, o.ns));
+    let mut counts = BTreeMap::new();
+    let mut packets = Vec::new();
+    for (ts, tid, class, stack, ns) in recorded.chain(open).filter(|w| w.4 > 0) {
+        *counts.entry(class_label(class).to_string()).or_insert(0) += 1;
+        let named = stacks.named.and_then(|n| n.get(&stack));
+        let pid = threads.get(&tid).map(|t| t.0);
+        packets.push(TracePacket {
+            timestamp: Some(ts),
+            trusted_packet_sequence_id: Some(SEQUENCE),
+            stack_sample: Some(StackSample {
+                task_context: Some(TaskContext {
+                    pid: pid.or(named.map(|n| n.tgid)),
+                    tid: Some(tid),
+                }),
+                callstack: Some(inline_callstack(named)),
+                primary_descriptor: Some(SampleCounter {
+                    name: Some(stack_counter(class)),
+                    unit: Some(UNIT_NANOSECONDS),
+                }),
+                primary_weight: Some(ns),
+            }),
+            ..Default::default()
+        });
+    }
+    (packets, counts)
+}
+
+/// The counter a stack sample of off-CPU `class` (a TimeClass) is weighed in.
+pub fn stack_counter(class: u32) -> String {
+    format!("off-CPU: {}", class_label(class))
+}
+
+fn inline_callstack(named: Option<&NamedStack>) -> InlineCallstack {
+    let frame = |name: &str, file: &str| InlineFrame {
+        function_name: Some(name.to_string()),
+        source_file: (!file.is_empty()).then(|| file.to_string()),
+    };
+    InlineCallstack {
+        frames: match named {
+            Some(n) => n.frames.iter().map(|(f, file)| frame(f, file)).collect(),
+            None => vec![frame("[stack unavailable]", "")],
+        },
     }
 }
 

@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use aya::maps::{MapData, RingBuf};
 use fsprof_common::timeline::{
     TimelineBlock, TimelineBlocked, TimelineFork, TimelineHeader, TimelineKind, TimelineSpan,
-    TimelineSwitch, TimelineWaking,
+    TimelineStack, TimelineSwitch, TimelineWaking,
 };
 use tokio::{io::unix::AsyncFd, sync::oneshot};
 
@@ -41,6 +41,7 @@ pub enum Record {
     Block(TimelineBlock),
     Span(TimelineSpan),
     Blocked(TimelineBlocked),
+    Stack(TimelineStack),
 }
 
 impl Record {
@@ -52,6 +53,7 @@ impl Record {
             Record::Block(r) => &r.head,
             Record::Span(r) => &r.head,
             Record::Blocked(r) => &r.head,
+            Record::Stack(r) => &r.head,
         }
     }
 
@@ -69,6 +71,7 @@ impl Record {
             TimelineKind::BlockIssue | TimelineKind::BlockComplete => Record::Block(read(bytes)?),
             TimelineKind::FsPair | TimelineKind::Syscall => Record::Span(read(bytes)?),
             TimelineKind::Blocked => Record::Blocked(read(bytes)?),
+            TimelineKind::OffCpuStack => Record::Stack(read(bytes)?),
         })
     }
 }

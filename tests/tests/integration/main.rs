@@ -91,6 +91,7 @@ fn main() {
         root stacks::user_stacks_are_whole_without_frame_pointers,
         root stacks::pprof_profiles_hold_the_folded_stacks,
         root timeline::thread_states_and_block_slices_match_the_trace,
+        root timeline::off_cpu_stacks_on_the_timeline_add_up_to_the_time_classes,
         root syscalls::rm_rf_counts_equal_strace,
         root syscalls::children_and_threads_are_all_followed,
         root vm::two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel,

@@ -341,3 +341,133 @@ fn check_block(
     assert_eq!(counter.last(), Some(&0));
     assert!(counter.iter().all(|&n| n >= 0) && counter.iter().any(|&n| n >= 1));
 }
+
+/// One stack sample of the timeline, as Perfetto's own schema reads it.
+#[derive(serde::Deserialize, Debug)]
+struct StackSample {
+    ts: u64,
+    tid: u32,
+    counter: String,
+    unit: String,
+    weight: u64,
+    /// Bottom first: [function, file].
+    frames: Vec<(String, String)>,
+}
+
+/// The stack samples of a trace, read by Perfetto's Python package (its v59 schema: the
+/// Rust schema crate above predates stack samples).
+fn stack_samples(file: &std::path::Path) -> Vec<StackSample> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/perfetto_stack_samples.py"
+    );
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(file)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The target's off-CPU stacks on the timeline: per class, their weights add up to the
+/// trace's time class exactly, and each is a stack of the off-CPU flame graph, as heavy.
+pub fn off_cpu_stacks_on_the_timeline_add_up_to_the_time_classes() {
+    use fsprof::aggregate::timeline::stack_counter;
+    use fsprof_common::TimeClass;
+    let out = TempDir::new("timeline-stacks");
+    let (file, flames) = (out.0.join("t.perfetto-trace"), out.0.join("flames"));
+    let script = "dd if=/dev/zero of=f bs=64k count=300 oflag=direct status=none; \
+                  sleep 0.1; dd if=f of=/dev/null bs=64k iflag=direct status=none";
+    let (file_arg, flames_arg) = (file.to_str().unwrap(), flames.to_str().unwrap());
+    let (_, t) = trace_sh(
+        &[
+            "--fs",
+            "ext4",
+            "--size",
+            "128M",
+            "--timeline",
+            file_arg,
+            "--flames",
+            flames_arg,
+        ],
+        &out.0.join("t.json"),
+        script,
+    );
+    let summary = t.timeline.as_ref().expect("the timeline's summary");
+    assert_eq!(summary.lost, 0, "{summary:?}");
+    let threads = decode(&std::fs::read(&file).unwrap()).threads;
+    let samples = stack_samples(&file);
+    assert_eq!(
+        samples.len() as u64,
+        summary.off_cpu_stacks.values().sum::<u64>()
+    );
+    let mut by_class: BTreeMap<&str, u64> = BTreeMap::new();
+    for s in &samples {
+        assert_eq!(s.unit, "UNIT_NANOSECONDS");
+        assert!(s.ts > 0 && threads.contains(&(s.tid as i32)), "{s:?}");
+        *by_class.entry(&s.counter).or_insert(0) += s.weight;
+    }
+    eprintln!("stack samples {} by class {by_class:?}", samples.len());
+    let time = &t.profile.time;
+    for c in [
+        TimeClass::IoWait,
+        TimeClass::Uninterruptible,
+        TimeClass::Sleep,
+        TimeClass::RunQueue,
+        TimeClass::Other,
+    ] {
+        let got = by_class.get(stack_counter(c as u32).as_str()).copied();
+        assert_eq!(got.unwrap_or(0), time.class(c).ns, "{c:?}");
+    }
+    assert!(time.io_wait.ns > 0 && time.sleep.ns > 0);
+    check_sample_frames(&samples, &flames.join("sh.off-cpu.folded"));
+}
+
+/// Every stack sample's frames are a stack of the off-CPU folded file (below its thread's
+/// frame), and the samples of one stack weigh what the file gives it (µs, rounded per
+/// stack).
+fn check_sample_frames(samples: &[StackSample], folded: &std::path::Path) {
+    use fsprof::aggregate::{stacks::class_label, timeline::stack_counter};
+    let mut file: BTreeMap<String, u64> = BTreeMap::new();
+    for line in std::fs::read_to_string(folded).unwrap().lines() {
+        let (stack, us) = line.rsplit_once(' ').unwrap();
+        let below_thread = stack.split_once(';').map_or("", |(_, rest)| rest);
+        *file.entry(below_thread.to_string()).or_insert(0) += us.parse::<u64>().unwrap();
+    }
+    let class_of = |counter: &str| {
+        (1..6)
+            .find(|&c| stack_counter(c) == counter)
+            .map(class_label)
+            .unwrap()
+    };
+    let mut timeline: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for s in samples
+        .iter()
+        .filter(|s| s.frames[0].0 != "[stack unavailable]")
+    {
+        let frames = s.frames.iter().map(|(f, file)| {
+            let f = f.replace(';', ":");
+            if file == "[kernel]" {
+                format!("{f}_[k]")
+            } else {
+                f
+            }
+        });
+        let stack = std::iter::once(format!("[{}]", class_of(&s.counter)))
+            .chain(frames)
+            .collect::<Vec<_>>()
+            .join(";");
+        let e = timeline.entry(stack).or_default();
+        e.0 += s.weight;
+        e.1 += 1;
+    }
+    assert!(timeline.len() >= 3, "{timeline:?}");
+    for (stack, (ns, n)) in &timeline {
+        let us = file.get(stack).copied().unwrap_or(0);
+        assert!(
+            (ns / 1000).abs_diff(us) <= n + 1,
+            "{stack}: {ns} ns in {n} samples, {us} µs in the file"
+        );
+    }
+}
