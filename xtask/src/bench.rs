@@ -507,7 +507,7 @@ pub fn overhead(runs: usize, filesystems: &[String], wanted: &[Mode]) -> Result<
     print_programs(&samples, filesystems);
     print_unwinder(&samples, filesystems, &sel);
     syscall_cost(&bench, &sel, runs)?;
-    startup(&bench.fsprof, &bench.files, runs)?;
+    startup(&bench.fsprof, &bench.files, runs.max(STARTUP_RUNS))?;
     drop(tmp);
     Ok(())
 }
@@ -721,12 +721,17 @@ fn median_run(v: &[Sample]) -> Option<Sample> {
     v.get(v.len() / 2).cloned()
 }
 
+/// Start-up samples at least (a start takes ~0.15 s): a median of one is noise.
+const STARTUP_RUNS: usize = 9;
+
 /// `fsprof trace -- true` end to end, and fsprof's own phases inside it (its JSON's
-/// `own_time_ns`); the rest is process start, output and tear-down.
+/// `own_time_ns`); the rest is process start, output and tear-down. After one start not
+/// counted: the first of a build in a boot reads what later ones find kept
+/// (`probes::kept`).
 fn startup(fsprof: &Path, files: &Path, runs: usize) -> Result<()> {
     let json = files.join("startup.json");
     let (mut total, mut phases) = (Vec::new(), BTreeMap::<String, Vec<f64>>::new());
-    for _ in 0..runs {
+    for i in 0..=runs {
         let t = Instant::now();
         run(Command::new(fsprof)
             .args(["trace", "--flames"])
@@ -735,6 +740,9 @@ fn startup(fsprof: &Path, files: &Path, runs: usize) -> Result<()> {
             .arg(&json)
             .args(["--", "true"])
             .stderr(Stdio::null()))?;
+        if i == 0 {
+            continue;
+        }
         total.push(t.elapsed().as_secs_f64());
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json)?)?;
         for (phase, ns) in v["own_time_ns"].as_object().into_iter().flatten() {
