@@ -450,11 +450,9 @@ indexed_enum! {
         TimelineSwitch = 13,
         TimelineWaking = 14,
         TimelineFork = 15,
-        TimelineBlockIssue = 16,
-        TimelineBlockComplete = 17,
     }
 }
-pub const PROGRAMS: u32 = 18;
+pub const PROGRAMS: u32 = 16;
 
 /// Frames kept per kernel stack and per user stack. Filesystem paths from a syscall down to
 /// io_schedule are 20-50 frames deep; deeper stacks are cut at the root end.
@@ -669,8 +667,6 @@ mod names {
                 Program::TimelineSwitch => "sched_switch",
                 Program::TimelineWaking => "sched_waking",
                 Program::TimelineFork => "sched_process_fork",
-                Program::TimelineBlockIssue => "block_rq_issue",
-                Program::TimelineBlockComplete => "block_rq_complete",
                 p => p.name(),
             }
         }

@@ -20,8 +20,9 @@ use fsprof_common::{
     NO_ROW, Program, RequestTimes, block_row, inflight_index,
 };
 
-use crate::common::{
-    btf_read, conf, entry_or_lost, hist_add_row, lost, now, ran, read_kernel, row_at,
+use crate::{
+    common::{btf_read, conf, entry_or_lost, hist_add_row, lost, now, ran, read_kernel, row_at},
+    timeline,
 };
 
 #[map]
@@ -197,6 +198,7 @@ pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let Some((dev, slot)) = watched_dev(rq) else {
         return 0;
     };
+    timeline::block(rq, dev, true, data_len(rq));
     let ts = now();
     let class = class_of(rq) as u32;
     let Some(s) = stats(dev, slot, class) else {
@@ -248,6 +250,7 @@ pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
     let Some((dev, slot)) = watched_dev(rq) else {
         return 0;
     };
+    timeline::block(rq, dev, false, nr_bytes as u32);
     let place = place_of(rq, slot);
     let times = issued(rq, &place);
     // Not seen: issued before the trace began.

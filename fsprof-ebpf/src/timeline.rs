@@ -22,7 +22,7 @@ use fsprof_common::{
 };
 
 use crate::{
-    block::{class_of, data_len, watched_dev},
+    block::{class_of, data_len},
     common::{btf_read, btf_task_tid, conf, current_tgid, current_tid, followed, lost, now, ran},
     sched::off_class,
     stacks::get_stack,
@@ -222,13 +222,20 @@ pub fn timeline_fork(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-#[inline(always)]
-fn block(ctx: &BtfTracePointContext, kind: TimelineKind, bytes: u32) {
-    let rq = ctx.arg::<*const u8>(0);
-    let Some((dev, _)) = watched_dev(rq) else {
+/// Streams a watched device's block request at its issue, or a part of its completion
+/// (`bytes`), when the timeline is on. Called by the core block programs (`block.rs`), not
+/// programs of its own: attached apart, a request issued between the attaches was counted
+/// without a slice, and the core programs could not attach completion before issue.
+#[inline(never)]
+pub fn block(rq: *const u8, dev: u32, issue: bool, bytes: u32) {
+    if conf!(timeline) == 0 {
         return;
+    }
+    let kind = if issue {
+        TimelineKind::BlockIssue
+    } else {
+        TimelineKind::BlockComplete
     };
-    let issue = kind == TimelineKind::BlockIssue;
     emit(TimelineBlock {
         head: header(kind),
         rq: rq as u64,
@@ -240,23 +247,7 @@ fn block(ctx: &BtfTracePointContext, kind: TimelineKind, bytes: u32) {
         sector: btf_read::<u64>(rq, conf!(request_sector)),
         dev,
         class: class_of(rq) as u32,
-        bytes: if issue { data_len(rq) } else { bytes },
+        bytes,
         left: if issue { 0 } else { data_len(rq) },
     });
-}
-
-// TP_PROTO(struct request *rq)
-#[btf_tracepoint(function = "block_rq_issue")]
-pub fn timeline_block_issue(ctx: BtfTracePointContext) -> i32 {
-    ran(Program::TimelineBlockIssue);
-    block(&ctx, TimelineKind::BlockIssue, 0);
-    0
-}
-
-// TP_PROTO(struct request *rq, blk_status_t error, unsigned int nr_bytes)
-#[btf_tracepoint(function = "block_rq_complete")]
-pub fn timeline_block_complete(ctx: BtfTracePointContext) -> i32 {
-    ran(Program::TimelineBlockComplete);
-    block(&ctx, TimelineKind::BlockComplete, ctx.arg::<u64>(2) as u32);
-    0
 }

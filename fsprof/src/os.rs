@@ -81,6 +81,30 @@ pub fn schedstat(tid: u32) -> Option<[u64; 3]> {
     Some([f.next()??, f.next()??, f.next()??])
 }
 
+/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat.
+pub fn stat_field(pid: u32, n: usize) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm may contain spaces and parens: fields restart after the last ')'.
+    let rest = &s[s.rfind(')')? + 2..];
+    rest.split(' ').nth(n - 3)?.parse().ok()
+}
+
+/// When process `pid` started (wall clock, never later than it did: /proc/stat's boot
+/// time is in whole seconds, rounded down); None when it is gone.
+pub fn process_started(pid: u32) -> Option<std::time::SystemTime> {
+    let ticks = stat_field(pid, 22)?;
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let boot: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let tick = u128::from(rustix::param::clock_ticks_per_second());
+    let since_boot = Duration::from_nanos((u128::from(ticks) * 1_000_000_000 / tick) as u64);
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(boot) + since_boot)
+}
+
 /// The machine's CPU time so far from /proc/stat's `cpu` line, ns: (user + nice of every
 /// process, steal). The kernel keeps it in USER_HZ ticks (10 ms), so it is fine over a run of
 /// many cells, coarse over one short cell.

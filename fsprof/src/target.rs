@@ -268,7 +268,7 @@ pub fn process_tree_threads(pid: u32) -> Result<Vec<(u32, char)>> {
         else {
             continue;
         };
-        if let Some(ppid) = stat_field(p, 3) {
+        if let Some(ppid) = crate::os::stat_field(p, 3) {
             children.entry(ppid as u32).or_default().push(p);
         }
     }
@@ -292,18 +292,10 @@ pub fn process_tree_threads(pid: u32) -> Result<Vec<(u32, char)>> {
     Ok(out)
 }
 
-/// Field `n` (1-based, as in proc(5)) of /proc/PID/stat.
-fn stat_field(pid: u32, n: usize) -> Option<u64> {
-    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // comm may contain spaces and parens: fields restart after the last ')'.
-    let rest = &s[s.rfind(')')? + 2..];
-    rest.split(' ').nth(n - 3)?.parse().ok()
-}
-
 /// CPU time of a live process and its reaped children (utime+cutime, stime+cstime).
 pub fn process_cpu(pid: u32) -> Option<(Duration, Duration)> {
     let tick = rustix::param::clock_ticks_per_second() as f64;
-    let f = |n| stat_field(pid, n).map(|v| v as f64 / tick);
+    let f = |n| crate::os::stat_field(pid, n).map(|v| v as f64 / tick);
     let user = f(14)? + f(16)?;
     let sys = f(15)? + f(17)?;
     Some((Duration::from_secs_f64(user), Duration::from_secs_f64(sys)))

@@ -668,7 +668,8 @@ fn print_ratios(samples: &Samples, runs: usize, filesystems: &[String], sel: &[u
 }
 
 /// fsprof's own kernel time per program in the default mode (the median run), and in the
-/// timeline mode the timeline's own programs: what it adds.
+/// timeline mode the timeline's own programs (its block requests are streamed by the core
+/// block programs: in the total, not listed).
 fn print_programs(samples: &Samples, filesystems: &[String]) {
     for (mode, only) in [(Mode::Default, ""), (Mode::Timeline, "timeline_")] {
         let Some(m) = modes().iter().position(|&x| x == mode) else {

@@ -1,10 +1,11 @@
 //! `fsprof cleanup`: removes what a killed run left behind, and only that: mounts under
 //! /run/fsprof named fsprof-PID-*, loop devices backed by fsprof-PID-*.img images, and those
-//! images, for PIDs that are no longer a running fsprof.
+//! images, for PIDs that no longer run the process that made them.
 
 use std::{
     fs,
     path::{Path, PathBuf},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::Result;
@@ -23,21 +24,36 @@ fn owner(name: &str) -> Option<u32> {
         .ok()
 }
 
-/// True when `name` belongs to no live fsprof process.
-fn orphaned(name: &str) -> bool {
-    match owner(name) {
-        None => false,
-        Some(pid) => fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|c| c.trim() != "fsprof")
-            .unwrap_or(true),
+/// True when `path` (named fsprof-PID-…) was made by a process that is gone: no process
+/// has its PID, or the one that has it started after `path` last changed (the PID was
+/// reused). Judged by time, not by name: a run of a copy of fsprof, or of a test binary
+/// linking it, is alive too. A path that cannot be read (a deleted image a loop device
+/// still holds) is alive while its PID is.
+fn orphaned(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(pid) = owner(file_name(path)) else {
+        return false;
+    };
+    // ctime, which no one can set back (a mount point's: its filesystem's root, made by
+    // the run's mkfs).
+    let changed = fs::symlink_metadata(path)
+        .ok()
+        .map(|m| UNIX_EPOCH + Duration::new(m.ctime() as u64, m.ctime_nsec() as u32));
+    gone(crate::os::process_started(pid), changed)
+}
+
+/// Whether the maker of a path last changed at `changed` is gone, its PID's process now
+/// having started at `started`.
+fn gone(started: Option<SystemTime>, changed: Option<SystemTime>) -> bool {
+    match (started, changed) {
+        (None, _) => true,
+        (Some(s), Some(c)) => s > c,
+        (Some(_), None) => false,
     }
 }
 
-fn file_name(p: &str) -> &str {
-    Path::new(p)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("")
+fn file_name(p: &Path) -> &str {
+    p.file_name().and_then(|n| n.to_str()).unwrap_or("")
 }
 
 /// Removes orphaned mounts, loop devices and images; returns what it did, one line each.
@@ -45,7 +61,7 @@ pub fn cleanup(image_dirs: &[&Path]) -> Result<Vec<String>> {
     let mut done = Vec::new();
     for m in super::mountinfo::read() {
         let target = m.point.to_string_lossy();
-        if m.point.starts_with(MOUNT_ROOT) && orphaned(file_name(&target)) {
+        if m.point.starts_with(MOUNT_ROOT) && orphaned(&m.point) {
             // A run killed during a quiesce leaves the filesystem frozen.
             super::quiesce::thaw(&m.point);
             if rustix::mount::unmount(&m.point, rustix::mount::UnmountFlags::DETACH).is_ok() {
@@ -56,16 +72,15 @@ pub fn cleanup(image_dirs: &[&Path]) -> Result<Vec<String>> {
     }
     if let Ok(entries) = fs::read_dir(MOUNT_ROOT) {
         for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if orphaned(&name) && fs::remove_dir(e.path()).is_ok() {
+            if orphaned(&e.path()) && fs::remove_dir(e.path()).is_ok() {
                 done.push(format!("removed mount point {}", e.path().display()));
             }
         }
     }
     for (dev, back) in attached_loops() {
         // An image deleted while attached still pins its device.
-        let img = file_name(back.trim_end_matches(" (deleted)"));
-        if img.ends_with(".img") && orphaned(img) && LoopDevice::detach(&dev).is_ok() {
+        let img = Path::new(back.trim_end_matches(" (deleted)"));
+        if file_name(img).ends_with(".img") && orphaned(img) && LoopDevice::detach(&dev).is_ok() {
             done.push(format!("detached {} ({back})", dev.display()));
         }
     }
@@ -75,7 +90,7 @@ pub fn cleanup(image_dirs: &[&Path]) -> Result<Vec<String>> {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !orphaned(&name) {
+            if !orphaned(&e.path()) {
                 continue;
             }
             if name.ends_with(".img") {
@@ -149,6 +164,31 @@ mod tests {
         assert_eq!(owner("fsprof-1234-ext4.img"), Some(1234));
         assert_eq!(owner("fsprof-1234-xfs"), Some(1234));
         assert_eq!(owner("other-1234.img"), None);
-        assert!(!orphaned("important.img"));
+        assert!(!orphaned(Path::new("/var/tmp/important.img")));
+    }
+
+    /// This test's own file is alive, though the process is not called fsprof; under a
+    /// PID that is gone it is not; nor under a PID whose process started after it changed.
+    #[test]
+    fn alive_by_start_time_not_by_name() {
+        let dir = std::env::temp_dir();
+        let mine = dir.join(format!(
+            "{IMAGE_PREFIX}{}-cleanup-test.img",
+            std::process::id()
+        ));
+        fs::write(&mine, b"").unwrap();
+        assert!(!orphaned(&mine));
+        let unused = dir.join(format!("{IMAGE_PREFIX}{}-cleanup-test.img", i32::MAX - 1));
+        fs::write(&unused, b"").unwrap();
+        assert!(orphaned(&unused));
+        fs::remove_file(&unused).unwrap();
+        fs::remove_file(&mine).unwrap();
+        let t = |s| Some(UNIX_EPOCH + Duration::from_secs(s));
+        assert!(gone(t(200), t(100)), "PID reused after the file was made");
+        assert!(!gone(t(100), t(100)) && !gone(t(100), t(200)));
+        assert!(
+            !gone(t(100), None),
+            "a deleted image is alive while its PID is"
+        );
     }
 }

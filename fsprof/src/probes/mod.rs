@@ -38,10 +38,10 @@ pub use probe_cost::CostSampling;
 /// The eBPF object built by build.rs from the fsprof-ebpf crate.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fsprof-probes"));
 
-/// Programs attached to the tracepoint of their name. Attaching a request's completion
-/// before its issue removes bursts of unseen completions on a busy disk (requests issued
-/// between the two attaches), but it made the timeline's block slices miss requests the
-/// core counted (1 trace in ~30): both sets of programs must share their window first.
+/// Programs attached to the tracepoint of their name, in this order, the optional ones
+/// first: a request's completion and requeue before its issue, so no request issued
+/// between the attaches leaves its entry behind (bursts of ~30 unseen completions at the
+/// start of a trace on a busy disk). The timeline's block events come from these programs.
 const REQUIRED: &[Program] = &[
     Program::SysEnter,
     Program::SysExit,
@@ -49,8 +49,8 @@ const REQUIRED: &[Program] = &[
     Program::SchedWaking,
     Program::SchedProcessFork,
     Program::SchedProcessExec,
-    Program::BlockRqIssue,
     Program::BlockRqComplete,
+    Program::BlockRqIssue,
 ];
 /// Missing ones degrade a figure (requeue handling) but not the run.
 const OPTIONAL: &[Program] = &[Program::BlockRqRequeue];
@@ -67,8 +67,6 @@ const TIMELINE: &[Program] = &[
     Program::TimelineSwitch,
     Program::TimelineWaking,
     Program::TimelineFork,
-    Program::TimelineBlockIssue,
-    Program::TimelineBlockComplete,
 ];
 
 /// Which of the filesystem's own tracepoints to count.
@@ -407,10 +405,10 @@ impl Probes {
                 .chain(timeline),
         )?;
         self.laps.lap("verify");
-        for (&p, required) in REQUIRED
+        for (&p, required) in OPTIONAL
             .iter()
-            .map(|p| (p, true))
-            .chain(OPTIONAL.iter().map(|p| (p, false)))
+            .map(|p| (p, false))
+            .chain(REQUIRED.iter().map(|p| (p, true)))
         {
             let name = p.name();
             match loaded.get(p).and_then(|()| attach(&mut self.ebpf, p)) {

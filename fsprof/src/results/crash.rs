@@ -210,15 +210,16 @@ impl CrashCell {
         self.recovery_ns.extend(&o.recovery_ns);
         self.fsck_ns.extend(&o.fsck_ns);
         self.fsck_unclean += o.fsck_unclean;
-        if self.fsck_detail.is_none() {
-            self.fsck_detail.clone_from(&o.fsck_detail);
-        }
-        if self.error_detail.is_none() {
-            self.error_detail.clone_from(&o.error_detail);
-        }
         self.recovery_unclean += o.recovery_unclean;
-        if self.recovery_detail.is_none() {
-            self.recovery_detail.clone_from(&o.recovery_detail);
+        // One example of each is kept: the first met.
+        for (mine, theirs) in [
+            (&mut self.fsck_detail, &o.fsck_detail),
+            (&mut self.error_detail, &o.error_detail),
+            (&mut self.recovery_detail, &o.recovery_detail),
+        ] {
+            if mine.is_none() {
+                mine.clone_from(theirs);
+            }
         }
     }
 
