@@ -1,7 +1,9 @@
 //! The timeline (`--timeline`): every context switch and wakeup on the machine, the
 //! target's forks and the watched devices' block requests, streamed through the TIMELINE
 //! ring buffer as they happen, for a Perfetto trace. These programs are attached only when
-//! a timeline is asked for; the aggregating programs do not know about them.
+//! a timeline is asked for. What the aggregating programs see themselves (block requests,
+//! fs begin/end pairs, slow syscalls, off-CPU time given a stack) they stream through the
+//! subprograms here, which are one branch when the timeline is off.
 
 use aya_ebpf::{
     EbpfContext,
