@@ -315,11 +315,16 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
     let Some(child) = task_tid(ctx.arg::<u64>(1)) else {
         return 0;
     };
-    // A new task is runnable until it first runs.
+    // A new task is runnable until it first runs, and then returns from fork (clone) to
+    // the parent's user code: the stack of that first wait takes its user half there, at
+    // the child's exit from the syscall, as any wait inside a syscall does. Without it, the
+    // stack was `ret_from_fork` alone, with no user frames, and it took every short
+    // run-queue wait of the task that never added up to a picked one.
     let state = TaskState {
         off_since: now(),
         off_class: TimeClass::RunQueue as u32,
         armed,
+        ep_in_syscall: 1,
         ..TaskState::default()
     };
     if follow(child, &state).is_err() {

@@ -534,11 +534,14 @@ impl Probes {
     pub fn follow(&mut self, tid: u32, armed: bool) -> Result<()> {
         let now = monotonic_ns();
         let state = match crate::os::schedstat(tid) {
-            // Forked but not yet run (a loaded machine): it waits for a CPU from now.
+            // Forked but not yet run (a loaded machine): it waits for a CPU from now, and
+            // its first stack takes its user half on its way out of fork, as a child
+            // forked under the probes does (fsprof-ebpf `sched_process_fork`).
             Some([_, _, 0]) => TaskState {
                 off_since: now,
                 off_class: TimeClass::RunQueue as u32,
                 exec_in: 0,
+                ep_in_syscall: 1,
                 ..TaskState::default()
             },
             // A held child may still be running toward its wait, and if released before

@@ -208,7 +208,8 @@ pub fn quick_suite_fills_every_cell() {
     for f in &r.filesystems {
         let u = user_stacks(f);
         let (on, off) = (u.on_cpu_share().unwrap(), u.off_cpu_share().unwrap());
-        assert!(on >= 0.95 && off >= 0.95, "{}: {u:?}", f.fs);
+        // Off-CPU 99.6-99.8 % here; under 98 % a class of stacks lost its user part.
+        assert!(on >= 0.95 && off >= 0.98, "{}: {u:?}", f.fs);
         assert!(
             stdout.contains(&format!("{}: user stacks whole", f.fs)),
             "{stdout}"
