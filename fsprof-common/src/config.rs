@@ -55,8 +55,6 @@ pub struct ProbeConfig {
     pub request_tag: u32,
     pub request_mq_hctx: u32,
     pub hctx_queue_num: u32,
-    /// offsetof(struct task_struct, self_exec_id): a process image's generation.
-    pub task_exec_id: u32,
     /// offsetof(struct vm_area_struct, vm_start / vm_end / vm_flags / vm_pgoff / vm_file),
     /// (struct file, f_inode), (struct inode, i_ino / i_sb), (struct super_block, s_dev):
     /// the unwinder's way from an address to a file (see fsprof_common::unwind).

@@ -493,8 +493,8 @@ pub struct StackKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct UserStackKey {
     pub tgid: u32,
-    /// The process image (task_struct.self_exec_id): frames are placed by its mappings.
-    pub exec_id: u32,
+    /// The process image (`ImageKey::image`): frames are placed by its mappings.
+    pub image: u32,
     pub user: [u64; USTACK_DEPTH],
 }
 

@@ -80,12 +80,23 @@ pub struct Mapping {
     pub file: FileKey,
 }
 
-/// A process image: (tgid, its exec count) — the image changes at exec, the tgid does not.
+/// A process image: (tgid, its memory) — the image changes at exec, the tgid does not.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ImageKey {
     pub tgid: u32,
-    pub exec_id: u32,
+    /// Bits 6..38 of its `mm_struct`'s address (slab-allocated, 64-byte aligned, in the
+    /// direct map): exec gives a process a new one. Not `self_exec_id`, which exec bumps
+    /// only after switching to the new memory: a stack taken in between found the old
+    /// image's mappings and read its stack in the new memory ("stack not readable").
+    pub image: u32,
+}
+
+impl ImageKey {
+    /// The image id of an `mm_struct` at `mm`.
+    pub const fn image_of(mm: u64) -> u32 {
+        (mm >> 6) as u32
+    }
 }
 
 /// The code mappings the unwinder met in one process image, in the order met (the

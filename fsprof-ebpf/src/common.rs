@@ -45,7 +45,6 @@ pub static CONFIG: ProbeConfig = ProbeConfig {
     request_tag: 0,
     request_mq_hctx: 0,
     hctx_queue_num: 0,
-    task_exec_id: 0,
     vma_start: 0,
     vma_end: 0,
     vma_flags: 0,

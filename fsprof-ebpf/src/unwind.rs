@@ -163,10 +163,11 @@ fn walk(slot: u32, tgid: u32) -> Option<()> {
     let task_btf = unsafe { generated::bpf_get_current_task_btf() };
     let regs = unsafe { generated::bpf_task_pt_regs(task_btf) } as u64;
     unsafe {
-        read_into(&mut (*w).scratch, task, conf!(task_exec_id))?;
+        // A thread past exit_mm has registers but no user memory: nothing to unwind (below).
+        read_into(&mut (*w).scratch, task, conf!(task_mm))?;
         (*w).image = ImageKey {
             tgid,
-            exec_id: (*w).scratch as u32,
+            image: ImageKey::image_of((*w).scratch),
         };
         read_into(&mut (*w).pc, regs, REGS_IP)?;
         if (*w).pc == 0 || (*w).pc >= 1 << 47 {
@@ -180,10 +181,9 @@ fn walk(slot: u32, tgid: u32) -> Option<()> {
         (*w).map = Mapping::default();
         (*w).loaded = 0;
         (*key).tgid = tgid;
-        (*key).exec_id = (*w).image.exec_id;
+        (*key).image = (*w).image.image;
         (*key).user = [0; USTACK_DEPTH];
-        // A thread past exit_mm has registers but no user memory: nothing to unwind.
-        if read_into(&mut (*w).scratch, task, conf!(task_mm)).is_none() || (*w).scratch == 0 {
+        if (*w).scratch == 0 {
             end_with(w, key, StackEnd::NoUserCode);
             return Some(());
         }
@@ -461,8 +461,11 @@ unsafe extern "C" fn scan_step(i: u32, ctx: *mut c_void) -> i64 {
 #[inline(always)]
 fn current_image(tgid: u32) -> Option<ImageKey> {
     let task = unsafe { bpf_get_current_task() };
-    let exec_id = read_kernel::<u64>(task, conf!(task_exec_id))? as u32;
-    Some(ImageKey { tgid, exec_id })
+    let mm = read_kernel::<u64>(task, conf!(task_mm))?;
+    Some(ImageKey {
+        tgid,
+        image: ImageKey::image_of(mm),
+    })
 }
 
 /// Learns the code mapping at `addr` of the current process ahead of its first stack, so

@@ -436,7 +436,7 @@ fn user_frames(
 ) -> (Vec<(String, At)>, bool) {
     let image = ImageKey {
         tgid: key.tgid,
-        exec_id: key.exec_id,
+        image: key.image,
     };
     let maps = mappings.get(&image);
     let mut out = Vec::new();

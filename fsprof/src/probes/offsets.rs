@@ -84,7 +84,6 @@ pub fn probe_config(btf_path: &Path) -> Result<ProbeConfig> {
         task_flags: byte_offset(btf, "task_struct", "flags")?,
         task_tgid: byte_offset(btf, "task_struct", "tgid")?,
         task_comm: byte_offset(btf, "task_struct", "comm")?,
-        task_exec_id: byte_offset(btf, "task_struct", "self_exec_id")?,
         vma_start: byte_offset(btf, "vm_area_struct", "vm_start")?,
         vma_end: byte_offset(btf, "vm_area_struct", "vm_end")?,
         vma_flags: byte_offset(btf, "vm_area_struct", "vm_flags")?,
