@@ -336,9 +336,15 @@ pub fn power_cut_in_a_vm_crashes_btrfs() {
     let study: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     // Two trials: three boots (each looks at the last cut, then runs the next trial), and
     // one more for a boot stopped as hung (about 1 in 70 under TCG; it happened in CI).
-    let hung = study["vm"]["kernels"][0]["hung_boots"].as_u64().unwrap_or(0) as usize;
+    let hung = study["vm"]["kernels"][0]["hung_boots"]
+        .as_u64()
+        .unwrap_or(0) as usize;
     assert_eq!(err.matches("booting it again").count(), hung, "{err}");
-    assert_eq!(err.matches("fsprof: booting deb:").count(), 3 + hung, "{err}");
+    assert_eq!(
+        err.matches("fsprof: booting deb:").count(),
+        3 + hung,
+        "{err}"
+    );
     assert!(
         study["kernel"].as_str().unwrap().starts_with("6.1."),
         "{study:#}"
