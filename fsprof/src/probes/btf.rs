@@ -48,8 +48,8 @@ pub fn aya_kernel() -> Result<&'static aya::Btf> {
 }
 
 /// aya's loader, made ahead: `EbpfLoader::new` parses the kernel's BTF once more (~20 ms;
-/// aya has no constructor without it), so a start makes it on a helper thread
-/// (`make_loader_ahead`) while other work runs.
+/// aya has no constructor without it, and no way to lend that parse to `aya_kernel`), so a
+/// start makes it on a helper thread (`make_loader_ahead`) while other work runs.
 static LOADER_AHEAD: Mutex<Option<JoinHandle<EbpfLoader<'static>>>> = Mutex::new(None);
 
 /// Starts making the loader `loader` returns.

@@ -315,7 +315,6 @@ fn load_object(
         loader.map_max_entries(m.name(), room * cpus);
     }
     let mut ebpf = loader
-        .btf(Some(btf::aya_kernel()?))
         .override_global("CONFIG", &config, true)
         .map_max_entries(MapName::DenseHists.name(), dense.rows.len().max(1) as u32)
         .map_max_entries(
