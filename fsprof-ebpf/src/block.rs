@@ -21,7 +21,10 @@ use fsprof_common::{
 };
 
 use crate::{
-    common::{btf_read, conf, entry_or_lost, hist_add_row, lost, now, ran, read_kernel, row_at},
+    common::{
+        btf_read, conf, entry_or_lost, hist_add_row_global, lost, now, ran, read_kernel,
+        read_or_zero, row_at,
+    },
     timeline,
 };
 
@@ -83,13 +86,13 @@ fn slot_of(dev: u32) -> u32 {
 /// The request's device: its kernel dev_t and slot, or None when it is filtered out.
 #[inline(always)]
 pub(crate) fn watched_dev(rq: *const u8) -> Option<(u32, u32)> {
-    let q = btf_read::<*const u8>(rq, conf!(request_q));
-    let disk = btf_read::<*const u8>(q, conf!(queue_disk));
-    if disk.is_null() {
+    let q = read_or_zero::<u64>(rq as u64, conf!(request_q));
+    let disk = read_or_zero::<u64>(q, conf!(queue_disk));
+    if disk == 0 {
         return None;
     }
-    let major = btf_read::<i32>(disk, conf!(disk_major)) as u32;
-    let minor = btf_read::<i32>(disk, conf!(disk_first_minor)) as u32;
+    let major = read_or_zero::<i32>(disk, conf!(disk_major)) as u32;
+    let minor = read_or_zero::<i32>(disk, conf!(disk_first_minor)) as u32;
     let dev = fsprof_common::kdev::make(major, minor);
     let slot = slot_of(dev);
     (slot != FILTERED).then_some((dev, slot))
@@ -109,11 +112,11 @@ fn place_of(rq: *const u8, slot: u32) -> Place {
     if slot == NO_ROW {
         return Place::Hash;
     }
-    let hctx = btf_read::<*const u8>(rq, conf!(request_mq_hctx));
-    if hctx.is_null() {
+    let hctx = read_or_zero::<u64>(rq as u64, conf!(request_mq_hctx));
+    if hctx == 0 {
         return Place::Hash;
     }
-    let queue = btf_read::<u32>(hctx, conf!(hctx_queue_num));
+    let queue = read_or_zero::<u32>(hctx, conf!(hctx_queue_num));
     let tag = btf_read::<i32>(rq, conf!(request_tag));
     match inflight_index(slot, queue, tag).and_then(|i| INFLIGHT.get_ptr_mut(i)) {
         Some(e) => Place::Array(e, tag),
@@ -164,7 +167,7 @@ fn add(kind: HistKind, dev: u32, slot: u32, class: u32, value: u64) {
     } else {
         row_at(conf!(rows_block), block_row(slot, class, kind))
     };
-    hist_add_row(row, kind, class, dev, value);
+    hist_add_row_global(row, kind as u32, class, dev, value);
 }
 
 #[inline(always)]
@@ -297,11 +300,11 @@ pub fn block_rq_requeue(ctx: BtfTracePointContext) -> i32 {
 /// unseen completion when the tag was next issued.
 #[inline(always)]
 fn forget_untagged(rq: *const u8, slot: u32) {
-    let hctx = btf_read::<*const u8>(rq, conf!(request_mq_hctx));
-    if hctx.is_null() || btf_read::<i32>(rq, conf!(request_tag)) >= 0 {
+    let hctx = read_or_zero::<u64>(rq as u64, conf!(request_mq_hctx));
+    if hctx == 0 || btf_read::<i32>(rq, conf!(request_tag)) >= 0 {
         return;
     }
-    let queue = btf_read::<u32>(hctx, conf!(hctx_queue_num));
+    let queue = read_or_zero::<u32>(hctx, conf!(hctx_queue_num));
     let Some(first) = inflight_index(slot, queue, 0) else {
         return;
     };

@@ -232,19 +232,36 @@ pub fn read_kernel<T>(base: u64, offset: u32) -> Option<T> {
     }
 }
 
+/// Reads a `T` at `base + offset` of kernel memory into `dst`; false when `base` is 0 or
+/// the read fails (counted).
+#[inline(always)]
+fn read_raw<T>(dst: *mut T, base: u64, offset: u32) -> bool {
+    if base == 0 {
+        return false;
+    }
+    let src = (base + offset as u64) as *const core::ffi::c_void;
+    let size = core::mem::size_of::<T>() as u32;
+    if unsafe { generated::bpf_probe_read_kernel(dst.cast(), size, src) } != 0 {
+        lost(Lost::ReadFailed);
+        return false;
+    }
+    true
+}
+
 /// `read_kernel` of a u64 into `dst` (map memory: no stack slot for the value, which the
 /// unwinder's frames cannot spare); a failed read is counted.
 #[inline(always)]
 pub fn read_into(dst: &mut u64, base: u64, offset: u32) -> Option<()> {
-    if base == 0 {
-        return None;
-    }
-    let src = (base + offset as u64) as *const core::ffi::c_void;
-    if unsafe { generated::bpf_probe_read_kernel((dst as *mut u64).cast(), 8, src) } != 0 {
-        lost(Lost::ReadFailed);
-        return None;
-    }
-    Some(())
+    read_raw(dst, base, offset).then_some(())
+}
+
+/// `read_kernel`, zero when it fails. No Option: LLVM may load an Option's payload before
+/// testing it, and Linux 6.1's verifier refuses that read of a stack slot never written.
+#[inline(always)]
+pub fn read_or_zero<T: Default>(base: u64, offset: u32) -> T {
+    let mut v = T::default();
+    read_raw(&mut v, base, offset);
+    v
 }
 
 /// Pointer to this CPU's value for `key` in a CPU-keyed hash (see `CpuKey`), creating it
@@ -282,9 +299,25 @@ pub fn entry_or_lost<K, V: Default>(
 static DENSE_HISTS: PerCpuArray<DenseHist> = PerCpuArray::with_max_entries(MAX_DENSE_ROWS, 0);
 
 /// Adds one `value` to histogram (kind, class, id): to its dense row `row` when it has one
-/// (not NO_ROW), else to the histogram hash.
+/// (not NO_ROW), else to the histogram hash. Inlined: for the programs that run per syscall.
 #[inline(always)]
 pub fn hist_add_row(row: u32, kind: HistKind, class: u32, id: u32, value: u64) {
+    add_to_row(row, kind as u32, class, id, value);
+}
+
+/// `hist_add_row` as a global BPF function, for programs that run per switch or request:
+/// inlined, the bucket search's six branches multiplied the states the verifier followed
+/// through the rest of the caller (see docs/design.md, Start-up); out of line it is
+/// checked once per program, for a call per value. 1.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn hist_add_row_global(row: u32, kind: u32, class: u32, id: u32, value: u64) -> u32 {
+    add_to_row(row, kind, class, id, value);
+    1
+}
+
+#[inline(always)]
+fn add_to_row(row: u32, kind: u32, class: u32, id: u32, value: u64) {
     if row != NO_ROW
         && let Some(h) = DENSE_HISTS.get_ptr_mut(row)
     {
@@ -307,18 +340,22 @@ pub fn row_at(base: u32, offset: u32) -> u32 {
     }
 }
 
-/// Adds one `value` to histogram (kind, class, id) in the histogram hash.
-#[inline(always)]
-pub fn hist_add(kind: HistKind, class: u32, id: u32, value: u64) {
+/// Adds one `value` to histogram (kind, class, id) in the histogram hash; a global BPF
+/// function (see `hist_add_row_global`): the slow path of every histogram. 1 when added.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn hist_add(kind: u32, class: u32, id: u32, value: u64) -> u32 {
     let key = HistKey {
-        kind: kind as u32,
+        kind,
         class,
         id,
         bucket: bucket_of(value),
     };
-    if let Some(p) = entry_or_lost(&HISTS, key, Lost::HistFull) {
-        unsafe { *p += 1 };
-    }
+    let Some(p) = entry_or_lost(&HISTS, key, Lost::HistFull) else {
+        return 0;
+    };
+    unsafe { *p += 1 };
+    1
 }
 
 /// A `T` at `base + offset` of a typed pointer (a BTF tracepoint's argument, or a pointer

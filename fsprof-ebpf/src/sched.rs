@@ -17,7 +17,8 @@ use fsprof_common::{
 use crate::{
     common::{
         btf_read, btf_task_tid, conf, count, current_tgid, current_tid, follow, followed,
-        hist_add_row, lost, now, on_cpu, ran, read_kernel, row_at, run_here, task_tid, unfollow,
+        hist_add_row_global, lost, now, on_cpu, ran, read_kernel, row_at, run_here, task_tid,
+        unfollow,
     },
     offcpu,
     stacks::{SLOT_SCHED, capture, capture_user, capture_waker},
@@ -36,7 +37,7 @@ fn add_time(class: u32, ns: u64) {
     }
     if class != TimeClass::OnCpu as u32 && class != TimeClass::Steal as u32 {
         let row = row_at(conf!(rows_off_cpu), class);
-        hist_add_row(row, HistKind::OffCpuEpisode, class, 0, ns);
+        hist_add_row_global(row, HistKind::OffCpuEpisode as u32, class, 0, ns);
     }
 }
 

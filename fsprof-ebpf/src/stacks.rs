@@ -183,16 +183,21 @@ pub fn task_key(task: *mut task_struct, user: u32) -> Option<*mut StackKey> {
     )
 }
 
-/// Adds `ns` over `n` off-CPU phases (or one on-CPU sample) to (stack, class).
-#[inline(always)]
-pub fn add_weight(stack: u32, class: u32, ns: u64, n: u32) {
-    match entry(&STACK_WEIGHTS, WeightKey { stack, class }) {
-        Some(p) => unsafe {
-            (*p).ns += ns;
-            (*p).count += n as u64;
-        },
-        None => count(Counter::StackWeightsFull),
+/// Adds `ns` over `n` off-CPU phases (or one on-CPU sample) to (stack, class). A global
+/// BPF function, as `add_wake`: the verifier checks it once per program, not once per
+/// caller state (see docs/design.md, Start-up). 1 when added.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn add_weight(stack: u32, class: u32, ns: u64, n: u32) -> u32 {
+    let Some(p) = entry(&STACK_WEIGHTS, WeightKey { stack, class }) else {
+        count(Counter::StackWeightsFull);
+        return 0;
+    };
+    unsafe {
+        (*p).ns += ns;
+        (*p).count += n as u64;
     }
+    1
 }
 
 /// The stack of the current context as the waker of a blocked followed thread: its task
@@ -202,22 +207,26 @@ pub fn capture_waker(ctx: *mut core::ffi::c_void) -> u32 {
     capture(ctx, SLOT_WAKE, is_kthread(), 0)
 }
 
-/// Blocked time `ns` over `n` wakeups on the (blocked stack, waker) edge.
-#[inline(always)]
-pub fn add_wake(waker: u32, blocked: u32, class: u32, ns: u64, n: u32) {
+/// Blocked time `ns` over `n` wakeups on the (blocked stack, waker) edge; a global BPF
+/// function (see `add_weight`). 1 when added.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn add_wake(waker: u32, blocked: u32, class: u32, ns: u64, n: u32) -> u32 {
     let key = WakeKey {
         blocked,
         waker,
         class,
         _pad: 0,
     };
-    match entry(&WAKE_WEIGHTS, key) {
-        Some(p) => unsafe {
-            (*p).ns += ns;
-            (*p).count += n as u64;
-        },
-        None => count(Counter::WakeWeightsFull),
+    let Some(p) = entry(&WAKE_WEIGHTS, key) else {
+        count(Counter::WakeWeightsFull);
+        return 0;
+    };
+    unsafe {
+        (*p).ns += ns;
+        (*p).count += n as u64;
     }
+    1
 }
 
 /// cpu-clock sample on one CPU: the interrupted task's stack, if it is followed (on-CPU

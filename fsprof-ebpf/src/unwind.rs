@@ -105,6 +105,10 @@ struct Walk {
 struct Lookup {
     scan: Scan,
     vma: VmaInfo,
+    /// The row search in progress and a missing table's request: off the stack too, which
+    /// leaves the frame step's 192 bytes.
+    search: Search,
+    miss: UnwindMiss,
 }
 
 #[map]
@@ -276,7 +280,7 @@ unsafe fn frame(
     }
     // A caller's pc is a return address: its call instruction is the byte before.
     let at = pc - u64::from(index > 0) - w.map.start + w.map.offset;
-    let row = search(w.table, at).ok_or(StackEnd::NoUnwindInfo)?;
+    let row = search(slot, w.table, at).ok_or(StackEnd::NoUnwindInfo)?;
     let cfa = match row.rule {
         RULE_END => return Ok(false),
         RULE_RSP => w.sp + u64::from(row.cfa),
@@ -310,7 +314,7 @@ struct Search {
 /// runs in bpf_loop: as a plain loop inside the frame loop the verifier follows every
 /// path of every iteration (over its million-instruction limit).
 #[inline(always)]
-fn search(table: FileTable, at: u64) -> Option<UnwindRow> {
+fn search(slot: u32, table: FileTable, at: u64) -> Option<UnwindRow> {
     let first = UNWIND_ROWS.get(table.first)?;
     if table.len == 0 || u64::from(first.pc) > at || at >= 1 << 32 {
         return None;
@@ -324,26 +328,35 @@ fn search(table: FileTable, at: u64) -> Option<UnwindRow> {
     if hi <= lo {
         return None;
     }
-    let mut s = Search {
-        lo: table.first + lo,
-        hi: table.first + hi,
-        at,
-    };
+    let l = LOOKUPS.get_ptr_mut(slot)?;
+    unsafe {
+        (*l).search = Search {
+            lo: table.first + lo,
+            hi: table.first + hi,
+            at,
+        };
+    }
+    let mut ctx = slot as u64;
     unsafe {
         generated::bpf_loop(
             SEARCH_STEPS,
             halve as *mut c_void,
-            (&mut s as *mut Search).cast(),
+            (&mut ctx as *mut u64).cast(),
             0,
         );
     }
-    (s.hi - s.lo == 1).then_some(())?;
-    UNWIND_ROWS.get(s.lo).copied()
+    let (lo, hi) = unsafe { ((*l).search.lo, (*l).search.hi) };
+    (hi - lo == 1).then_some(())?;
+    UNWIND_ROWS.get(lo).copied()
 }
 
-/// One halving step; 1 when done.
+/// One halving step of `slot`'s search; 1 when done.
 unsafe extern "C" fn halve(_index: u32, ctx: *mut c_void) -> i64 {
-    let s = unsafe { &mut *(ctx as *mut Search) };
+    let slot = unsafe { *(ctx as *const u64) } as u32;
+    let Some(l) = LOOKUPS.get_ptr_mut(slot) else {
+        return 1;
+    };
+    let s = unsafe { &mut (*l).search };
     if s.hi - s.lo <= 1 {
         return 1;
     }
@@ -365,7 +378,7 @@ fn find_mapping(w: &mut Walk, slot: u32, pc: u64) -> Result<(), StackEnd> {
         m => m?,
     };
     w.map = map;
-    (w.table, w.loaded) = table_of(w.image, &map);
+    (w.table, w.loaded) = table_of(slot, w.image, &map);
     Ok(())
 }
 
@@ -477,7 +490,7 @@ pub fn learn_mapping(slot: u32, tgid: u32, addr: u64) {
     if let Some(image) = current_image(tgid)
         && let Ok(map) = lookup(slot, image, addr)
     {
-        table_of(image, &map);
+        table_of(slot, image, &map);
     }
 }
 
@@ -520,7 +533,7 @@ fn remember(image: ImageKey, map: Mapping) {
 /// `map`'s file's table and whether it has an entry (a table, or none to be had); asks
 /// userspace for it when it has none yet.
 #[inline(always)]
-fn table_of(image: ImageKey, map: &Mapping) -> (FileTable, u32) {
+fn table_of(slot: u32, image: ImageKey, map: &Mapping) -> (FileTable, u32) {
     if let Some(t) = unsafe { UNWIND_FILES.get(&map.file) } {
         return (*t, 1);
     }
@@ -528,7 +541,11 @@ fn table_of(image: ImageKey, map: &Mapping) -> (FileTable, u32) {
     if map.file.ino == 0 {
         return (FileTable::default(), 1);
     }
-    let miss = UnwindMiss {
+    let Some(l) = LOOKUPS.get_ptr_mut(slot) else {
+        return (FileTable::default(), 0);
+    };
+    let miss = unsafe { &mut (*l).miss };
+    *miss = UnwindMiss {
         tgid: image.tgid,
         _pad: 0,
         start: map.start,
@@ -536,10 +553,10 @@ fn table_of(image: ImageKey, map: &Mapping) -> (FileTable, u32) {
         file: map.file,
     };
     if UNWIND_MISSES
-        .insert(&map.file, &miss, BPF_NOEXIST as u64)
+        .insert(&map.file, &*miss, BPF_NOEXIST as u64)
         .is_ok()
     {
-        let _ = UNWIND_WAKE.output::<UnwindMiss>(&miss, 0);
+        let _ = UNWIND_WAKE.output::<UnwindMiss>(&*miss, 0);
     }
     (FileTable::default(), 0)
 }

@@ -390,12 +390,12 @@ fn preload_running(probes: &Probes, pid: u32) {
 }
 
 /// Loads the probes, with what start-up waits on read side by side. aya's loader parses
-/// the kernel's BTF (~25 ms) on a helper thread while this one reads, with stacks, the
-/// kernel's symbols (~15 ms from the kept copy) that naming them needs at the end
-/// (blazesym's symbolizer stays on its thread). aya's second parse, which only verifying
-/// the BTF tracepoints needs, then runs beside the maps' creation, which takes one CPU
-/// (~40 ms). btf_rs's parse (~80 ms) runs on another thread only when the offsets or the
-/// fs events' device filters are not kept from an earlier start of this boot
+/// the kernel's BTF (~25–40 ms) on a helper thread while this one reads, with stacks, the
+/// kernel's symbols (~15–30 ms from the kept copy) that naming them needs at the end
+/// (blazesym's symbolizer stays on its thread). The BTF tracepoints' small BTF
+/// (`btf::tracepoints`) is made beside the maps' creation, which takes one CPU (~40 ms).
+/// btf_rs's parse (~80 ms) runs on another thread only when the offsets, the tracepoints'
+/// ids or the fs events' device filters are not kept from an earlier start of this boot
 /// (`probes::kept`); whoever needs a parse waits for it.
 fn load_probes(opts: &TraceOptions) -> Result<Probes> {
     let started = std::time::Instant::now();
@@ -406,7 +406,7 @@ fn load_probes(opts: &TraceOptions) -> Result<Probes> {
     if opts.probes.stacks.is_some() {
         crate::aggregate::symbols::with(|s| s.read_kernel_symbols());
     }
-    std::thread::spawn(|| crate::probes::btf::aya_kernel().is_ok());
+    std::thread::spawn(|| crate::probes::btf::tracepoints().is_ok());
     let read = ns(started.elapsed());
     let mut probes = Probes::load(&opts.probes)?;
     probes.laps.ns.insert("kallsyms".into(), read);

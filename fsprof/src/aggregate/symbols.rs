@@ -151,7 +151,10 @@ pub struct Symbols {
 }
 
 thread_local! {
-    static SYMBOLS: RefCell<Symbols> = RefCell::new(Symbols::new());
+    /// Never dropped: freeing the kernel's ~120k symbols took 6 ms of every exit, and a
+    /// thread's symbols serve it to the end.
+    static SYMBOLS: std::mem::ManuallyDrop<RefCell<Symbols>> =
+        std::mem::ManuallyDrop::new(RefCell::new(Symbols::new()));
 }
 
 /// Runs `f` with this thread's symbol state (blazesym's symbolizer is not Send).

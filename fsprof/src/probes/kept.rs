@@ -20,6 +20,8 @@ use super::offsets::VMLINUX_BTF;
 pub const OFFSETS: &str = "offsets-";
 /// The copy of the fs events' device filters (`fs_events::device_filters`).
 pub const FS_EVENTS: &str = "fs-events-";
+/// The copy of the BTF tracepoints' typedef ids (`btf::tracepoints`).
+pub const TRACE_IDS: &str = "btf-trace-ids-";
 /// The copy of the kernel's text symbols (`aggregate::symbols`).
 pub const KALLSYMS: &str = "kallsyms-";
 /// The copies of ELF files' unwind tables (`unwind`), one per file: this, the file's
@@ -139,7 +141,7 @@ fn trim_in(dir: &Path, prefix: &str, max_bytes: u64) {
 /// Whether a start finds every answer it needs kept, so nothing needs the BTF parse.
 pub fn all_kept(fs_events: bool) -> bool {
     let has = |prefix| Kept::of(prefix).is_some_and(|k| k.exists());
-    has(OFFSETS) && (!fs_events || has(FS_EVENTS))
+    has(OFFSETS) && has(TRACE_IDS) && (!fs_events || has(FS_EVENTS))
 }
 
 #[cfg(test)]

@@ -69,6 +69,16 @@ const TIMELINE: &[Program] = &[
     Program::TimelineFork,
 ];
 
+/// The tracepoints of the BTF tracepoint programs, once each.
+fn btf_tracepoints() -> impl Iterator<Item = &'static str> {
+    let all = BTF_TRACEPOINTS
+        .iter()
+        .chain(TIMELINE)
+        .map(|p| p.tracepoint());
+    let mut seen = std::collections::BTreeSet::new();
+    all.filter(move |t| seen.insert(*t))
+}
+
 /// Which of the filesystem's own tracepoints to count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FsEventSet {
@@ -300,6 +310,16 @@ fn timeline_bytes(on: bool) -> u32 {
     }
 }
 
+/// Room for the fs events' per-CPU counters: as many as `fs_events::select` may pick. A
+/// per-CPU array takes one allocation per entry: all MAX_FS_EVENTS took 6 ms to create.
+fn fs_event_room(opts: &ProbeOptions) -> u32 {
+    match &opts.fs_events {
+        Some(t) if t.census => fsprof_common::MAX_FS_EVENTS,
+        Some(_) => fs_events::CURATED.len() as u32,
+        None => 1,
+    }
+}
+
 /// Loads the object (maps created, programs not yet verified) and fills the lookup maps.
 fn load_object(
     mut config: ProbeConfig,
@@ -321,6 +341,7 @@ fn load_object(
             MapName::Timeline.name(),
             timeline_bytes(opts.timeline.is_some()),
         )
+        .map_max_entries(MapName::FsCounts.name(), fs_event_room(opts))
         .load(EBPF_OBJECT)
         .context("loading fsprof's eBPF object")?;
     let mut rows: aya::maps::Array<_, u32> =
@@ -682,7 +703,7 @@ fn verify_in_parallel<'p>(
     programs: impl Iterator<Item = &'p Program>,
 ) -> Result<Verified> {
     let wanted: Vec<&str> = programs.map(|p| p.name()).collect();
-    let btf = btf::aya_kernel()?;
+    let btf = btf::tracepoints()?;
     let mut queue: Vec<_> = ebpf
         .programs_mut()
         .filter(|(n, _)| wanted.contains(n))
