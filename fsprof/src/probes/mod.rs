@@ -329,13 +329,15 @@ fn load_object(
     config.rows_off_cpu = dense.off_cpu;
     config.rows_fs_pairs = dense.fs_pairs;
     config.rows_block = dense.block;
+    // The loader borrows it and is dropped on another thread (below): 192 bytes a load.
+    let config: &'static ProbeConfig = Box::leak(Box::new(config));
     let mut loader = btf::loader();
     let cpus = (possible_cpus()? as u32).clamp(1, fsprof_common::CPU_KEYED_CPUS);
     for (m, room) in CPU_KEYED {
         loader.map_max_entries(m.name(), room * cpus);
     }
     let mut ebpf = loader
-        .override_global("CONFIG", &config, true)
+        .override_global("CONFIG", config, true)
         .map_max_entries(MapName::DenseHists.name(), dense.rows.len().max(1) as u32)
         .map_max_entries(
             MapName::Timeline.name(),
@@ -344,6 +346,8 @@ fn load_object(
         .map_max_entries(MapName::FsCounts.name(), fs_event_room(opts))
         .load(EBPF_OBJECT)
         .context("loading fsprof's eBPF object")?;
+    // Freeing its parse of the kernel's BTF took ~3 ms of the start, on the main thread.
+    std::thread::spawn(move || drop(loader));
     let mut rows: aya::maps::Array<_, u32> =
         aya::maps::Array::try_from(map_mut(&mut ebpf, MapName::SyscallRow)?)?;
     for &(nr, row) in &dense.syscalls {
@@ -416,13 +420,16 @@ impl Probes {
         } else {
             &[]
         };
+        // The fs events' program too: loaded at attach, it was verified after the others.
+        let fs_event = opts.fs_events.as_ref().map(|_| Program::FsEvent);
         let loaded = verify_in_parallel(
             &mut self.ebpf,
             REQUIRED
                 .iter()
                 .chain(OPTIONAL)
                 .chain(&sampler)
-                .chain(timeline),
+                .chain(timeline)
+                .chain(&fs_event),
         )?;
         self.laps.lap("verify");
         for (&p, required) in OPTIONAL
