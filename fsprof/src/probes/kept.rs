@@ -1,7 +1,8 @@
-//! What fsprof reads from the kernel at every start, kept for this boot: the struct offsets
-//! and the fs events' device filters (either takes btf_rs's parse of the kernel's BTF, ~80
-//! ms of CPU), and the kernel's text symbols (/proc/kallsyms takes ~45 ms of kernel time to
-//! print), and ELF files' compiled unwind tables. A copy in /run/fsprof spares it.
+//! What fsprof reads from the kernel at every start, kept for this boot: the struct offsets,
+//! the BTF tracepoints' typedef ids and the fs events' device filters (each takes btf_rs's
+//! parse of the kernel's BTF, ~80 ms of CPU), the kernel's text symbols (/proc/kallsyms
+//! takes ~45 ms of kernel time to print), and ELF files' compiled unwind tables. A copy in
+//! /run/fsprof spares it.
 //! A copy belongs to one boot, and (but for the symbols, `Kept::of_boot`) one BTF file and
 //! one fsprof binary, so another boot, kernel or build of fsprof (whose answers may differ)
 //! misses and reads again. Copies are root's alone (mode 0600): kernel addresses are not for
