@@ -66,7 +66,7 @@ fn trace_ids() -> Result<Vec<(String, u32)>> {
     let btf = load(Path::new(super::offsets::VMLINUX_BTF))?;
     let ids: Vec<(String, u32)> = super::btf_tracepoints()
         .filter_map(|hook| {
-            let name = format!("btf_trace_{hook}");
+            let name = trace_typedef(hook);
             let ids = btf.resolve_ids_by_name(&name).ok()?;
             let id = ids.into_iter().find(|&id| {
                 btf.resolve_type_by_id(id)
@@ -80,6 +80,11 @@ fn trace_ids() -> Result<Vec<(String, u32)>> {
         k.write(text.as_bytes());
     }
     Ok(ids)
+}
+
+/// The typedef the kernel declares for raw tracepoint `hook`'s prototype.
+fn trace_typedef(hook: &str) -> String {
+    format!("btf_trace_{hook}")
 }
 
 fn parse_ids(bytes: &[u8]) -> Option<Vec<(String, u32)>> {
@@ -231,7 +236,7 @@ pub fn is_typedef(btf: &Btf, t: &Type, name: &str) -> bool {
 /// declared: typedefs are kept (see `strip`).
 pub fn tracepoint_args(btf: &Btf, name: &str) -> Option<Vec<Type>> {
     let t = btf
-        .resolve_types_by_name(&format!("btf_trace_{name}"))
+        .resolve_types_by_name(&trace_typedef(name))
         .ok()?
         .into_iter()
         .next()?;

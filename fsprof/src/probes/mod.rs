@@ -310,16 +310,6 @@ fn timeline_bytes(on: bool) -> u32 {
     }
 }
 
-/// Room for the fs events' per-CPU counters: as many as `fs_events::select` may pick. A
-/// per-CPU array takes one allocation per entry: all MAX_FS_EVENTS took 6 ms to create.
-fn fs_event_room(opts: &ProbeOptions) -> u32 {
-    match &opts.fs_events {
-        Some(t) if t.census => fsprof_common::MAX_FS_EVENTS,
-        Some(_) => fs_events::CURATED.len() as u32,
-        None => 1,
-    }
-}
-
 /// Loads the object (maps created, programs not yet verified) and fills the lookup maps.
 fn load_object(
     mut config: ProbeConfig,
@@ -343,7 +333,10 @@ fn load_object(
             MapName::Timeline.name(),
             timeline_bytes(opts.timeline.is_some()),
         )
-        .map_max_entries(MapName::FsCounts.name(), fs_event_room(opts))
+        .map_max_entries(
+            MapName::FsCounts.name(),
+            opts.fs_events.as_ref().map_or(1, fs_events::room),
+        )
         .load(EBPF_OBJECT)
         .context("loading fsprof's eBPF object")?;
     // Freeing its parse of the kernel's BTF took ~3 ms of the start, on the main thread.
