@@ -2,7 +2,10 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, generated},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, generated,
+    },
     macros::map,
     maps::{Array, HashMap, PerCpuArray},
 };
@@ -217,9 +220,16 @@ pub fn ran(program: Program) {
 /// Reads a `T` at `base + offset` in kernel memory; a failed read is counted.
 #[inline(always)]
 pub fn read_kernel<T>(base: u64, offset: u32) -> Option<T> {
-    let mut v = core::mem::MaybeUninit::<T>::uninit();
-    // SAFETY: read_raw wrote all of `v` when it returns true.
-    read_raw(v.as_mut_ptr(), base, offset).then(|| unsafe { v.assume_init() })
+    if base == 0 {
+        return None;
+    }
+    match unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T) } {
+        Ok(v) => Some(v),
+        Err(_) => {
+            lost(Lost::ReadFailed);
+            None
+        }
+    }
 }
 
 /// Reads a `T` at `base + offset` of kernel memory into `dst`; false when `base` is 0 or
