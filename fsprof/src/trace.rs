@@ -389,28 +389,38 @@ fn preload_running(probes: &Probes, pid: u32) {
     }
 }
 
-/// Loads the probes, with what start-up waits on read side by side. aya's loader parses
-/// the kernel's BTF (~25–40 ms) on a helper thread while this one reads, with stacks, the
-/// kernel's symbols (~15–30 ms from the kept copy) that naming them needs at the end
-/// (blazesym's symbolizer stays on its thread). The BTF tracepoints' small BTF
-/// (`btf::tracepoints`) is made beside the maps' creation, which takes one CPU (~40 ms).
-/// btf_rs's parse (~80 ms) runs on another thread only when the offsets, the tracepoints'
-/// ids or the fs events' device filters are not kept from an earlier start of this boot
-/// (`probes::kept`); whoever needs a parse waits for it.
+/// Loads the probes, with what start-up waits on done side by side. aya's loader parses
+/// the kernel's BTF (~30 ms) on a helper thread and then creates the maps (~35 ms, one
+/// CPU); the BTF tracepoints' small BTF (`btf::tracepoints`) is made on another. This
+/// thread meanwhile maps the kernel's symbols and reads the unwind tables of fsprof and of
+/// the target's program (`while_loading`). btf_rs's parse (~80 ms) runs on another thread
+/// only when the offsets, the tracepoints' ids or the fs events' device filters are not
+/// kept from an earlier start of this boot (`probes::kept`); whoever needs a parse waits.
 fn load_probes(opts: &TraceOptions) -> Result<Probes> {
-    let started = std::time::Instant::now();
     if !crate::probes::kept::all_kept(opts.probes.fs_events.is_some()) {
         std::thread::spawn(crate::probes::btf::parse_kernel);
     }
     crate::probes::btf::make_loader_ahead();
-    if opts.probes.stacks.is_some() {
-        crate::aggregate::symbols::with(|s| s.read_kernel_symbols());
-    }
     std::thread::spawn(|| crate::probes::btf::tracepoints().is_ok());
-    let read = ns(started.elapsed());
-    let mut probes = Probes::load(&opts.probes)?;
-    probes.laps.ns.insert("kallsyms".into(), read);
-    Ok(probes)
+    Probes::load_while(&opts.probes, || while_loading(opts))
+}
+
+/// What naming stacks needs, made ready while the object loads: the kernel's symbols
+/// (blazesym's symbolizer, for user frames, is this thread's) and the unwind tables that
+/// `preload` copies into the maps.
+fn while_loading(opts: &TraceOptions) {
+    if opts.probes.stacks.is_none() {
+        return;
+    }
+    crate::aggregate::symbols::with(|s| {
+        s.read_kernel_symbols();
+    });
+    let target = (opts.command.first()).and_then(|c| target::resolve_program(c).ok());
+    let programs: Vec<_> = [std::env::current_exe().ok(), target]
+        .into_iter()
+        .flatten()
+        .collect();
+    crate::probes::unwind::warm(&programs);
 }
 
 pub fn run(opts: &TraceOptions) -> Result<TraceResult> {

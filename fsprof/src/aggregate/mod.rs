@@ -5,6 +5,7 @@ pub mod block;
 pub mod folded;
 pub mod fs_events;
 pub mod histogram;
+pub mod kallsyms;
 pub mod pprof;
 pub mod probe_cost;
 pub mod sched;
@@ -21,7 +22,7 @@ use fsprof_common::MapName;
 use std::collections::{BTreeMap, HashMap as StdHashMap};
 
 use anyhow::Result;
-use aya::maps::{PerCpuArray, PerCpuValues};
+use aya::maps::PerCpuArray;
 use fsprof_common::{COUNTERS, Counter, DenseHist, HistKey, HistKind, Lost};
 use serde::{Deserialize, Serialize};
 
@@ -50,7 +51,7 @@ pub struct Profile {
     pub probe_cost: Option<probe_cost::ProbeCost>,
 }
 
-fn sum<T: aya::Pod, A: Default>(values: &PerCpuValues<T>, add: impl Fn(A, &T) -> A) -> A {
+fn sum<T, A: Default>(values: &[T], add: impl Fn(A, &T) -> A) -> A {
     values.iter().fold(A::default(), add)
 }
 
@@ -86,17 +87,17 @@ fn read_hists(probes: &Probes) -> Result<StdHashMap<HistId, Vec<(u32, u64)>>> {
             .or_default()
             .push((k.bucket, n));
     }
-    let dense: PerCpuArray<_, DenseHist> =
-        PerCpuArray::try_from(crate::probes::map(&probes.ebpf, MapName::DenseHists)?)?;
-    for (row, id) in probes.dense.rows.iter().enumerate() {
-        let per_cpu = dense.get(&(row as u32), 0)?;
-        let buckets = out.entry(*id).or_default();
-        for b in 0..fsprof_common::hist::BUCKETS as usize {
-            let n: u64 = per_cpu.iter().map(|h| h.buckets[b]).sum();
-            if n > 0 {
-                buckets.push((b as u32, n));
-            }
-        }
+    let dense = crate::probes::batch::entries(
+        crate::probes::map(&probes.ebpf, MapName::DenseHists)?,
+        |_: u32, per_cpu: Vec<DenseHist>| {
+            (0..fsprof_common::hist::BUCKETS as usize)
+                .map(|b| (b as u32, per_cpu.iter().map(|h| h.buckets[b]).sum::<u64>()))
+                .filter(|(_, n)| *n > 0)
+                .collect::<Vec<_>>()
+        },
+    )?;
+    for (buckets, id) in dense.into_iter().zip(&probes.dense.rows) {
+        out.entry(*id).or_default().extend(buckets);
     }
     Ok(out)
 }

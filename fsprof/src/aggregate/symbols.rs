@@ -1,21 +1,21 @@
-//! Addresses → function names with blazesym: kernel frames from /proc/kallsyms, user
-//! frames from the ELF files' symbols by file offset (the unwinder recorded each frame's
+//! Addresses → function names: kernel frames from /proc/kallsyms (`kallsyms`), user
+//! frames from the ELF files' symbols by file offset with blazesym (the unwinder recorded each frame's
 //! file, so a process that has exited is still symbolized). A frame that cannot be named
 //! keeps its file and offset; it is never dropped.
 
 use std::{
     cell::RefCell,
     collections::HashMap,
-    os::fd::AsRawFd,
     path::{Path, PathBuf},
 };
 
 use blazesym::symbolize::{
     Input, Symbolized, Symbolizer,
-    source::{Elf, Kernel, Source},
+    source::{Elf, Source},
 };
 use fsprof_common::unwind::FileKey;
 
+use super::kallsyms::KernelSymbols;
 use crate::probes::{
     kept::{self, Kept},
     unwind::file_key,
@@ -94,18 +94,28 @@ impl FileIndex {
     }
 }
 
-/// The kernel's text symbols, copied from /proc/kallsyms once a boot (`probes::kept`):
-/// blazesym reads the copy in ~12 ms where /proc/kallsyms takes ~45 ms of kernel time to
-/// print. The copy depends on the modules loaded, which are part of its key, and on
-/// nothing of fsprof's, so every fsprof of the boot shares it. It is kept open and named to
-/// blazesym by its descriptor: blazesym opens it again at every lookup, and another
-/// fsprof may replace it meanwhile (the modules changed). BPF programs' symbols (`[bpf]`)
-/// are left out, as are data symbols: programs come and go, and an address in one loaded
-/// since would be named by a stale neighbour.
-fn kept_kallsyms() -> Option<(std::fs::File, PathBuf)> {
-    // A kernel without module support has no /proc/modules.
+/// The kernel's text symbols, kept once a boot (`probes::kept`) in `KernelSymbols`' form
+/// and mapped: /proc/kallsyms takes ~45 ms of kernel time to print. The copy depends on
+/// the modules loaded, which are part of its key, and on nothing of fsprof's, so every
+/// fsprof of the boot shares it; another that finds the modules changed replaces it by a
+/// rename, which leaves this one's mapping whole.
+fn kernel_symbols() -> KernelSymbols {
+    let kept = Kept::of_boot(kept::KALLSYMS, &modules_loaded());
+    if let Some(s) = kept.as_ref().and_then(|k| KernelSymbols::map(k.path())) {
+        return s;
+    }
+    let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let syms = KernelSymbols::from_text(&text);
+    if let Some(k) = kept {
+        k.write(syms.bytes());
+    }
+    syms
+}
+
+/// Each module's name, size and address (its reference count changes while it stays); a
+/// kernel without module support has no /proc/modules.
+fn modules_loaded() -> String {
     let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-    // Name, size and address: the reference count changes while a module stays.
     let loaded: Vec<String> = modules
         .lines()
         .map(|l| {
@@ -115,36 +125,15 @@ fn kept_kallsyms() -> Option<(std::fs::File, PathBuf)> {
                 .join(" ")
         })
         .collect();
-    let kept = Kept::of_boot(kept::KALLSYMS, &loaded.join("\n"))?;
-    if !kept.exists() {
-        let all = std::fs::read_to_string("/proc/kallsyms").ok()?;
-        let text: String = all
-            .lines()
-            .filter(|l| is_text_symbol(l) && !l.ends_with("[bpf]"))
-            .flat_map(|l| [l, "\n"])
-            .collect();
-        kept.write(text.as_bytes());
-    }
-    let file = std::fs::File::open(kept.path()).ok()?;
-    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-    Some((file, path))
+    loaded.join("\n")
 }
-
-/// A kallsyms line of a code symbol (type t, T, w or W).
-fn is_text_symbol(line: &str) -> bool {
-    matches!(line.split_whitespace().nth(1), Some("t" | "T" | "w" | "W"))
-}
-
-/// A kernel-half address: naming it makes blazesym read the kernel's symbols.
-const KERNEL_PROBE_ADDR: u64 = 0xffff_ffff_8100_0000;
 
 /// Process-wide symbol state: blazesym caches parsed files, and `fsprof run` symbolizes
 /// hundreds of cells.
 pub struct Symbols {
     symbolizer: Symbolizer,
-    /// The kept copy of the kernel's text symbols, open, and its name through the
-    /// descriptor; None: /proc/kallsyms itself.
-    kallsyms: Option<(std::fs::File, PathBuf)>,
+    /// The kernel's text symbols, read at the first kernel address.
+    kallsyms: Option<KernelSymbols>,
     kernel: HashMap<u64, String>,
     user: HashMap<(PathBuf, u64), String>,
     index: FileIndex,
@@ -170,7 +159,7 @@ impl Symbols {
     fn new() -> Symbols {
         Symbols {
             symbolizer: Symbolizer::builder().enable_code_info(false).build(),
-            kallsyms: kept_kallsyms(),
+            kallsyms: None,
             kernel: HashMap::new(),
             user: HashMap::new(),
             index: FileIndex::new(),
@@ -186,45 +175,18 @@ impl Symbols {
         }
     }
 
-    /// Reads the kernel's symbols now (blazesym keeps them), so naming the first stack later
-    /// does not wait ~45 ms for /proc/kallsyms.
-    pub fn read_kernel_symbols(&mut self) {
-        self.kernel(&[KERNEL_PROBE_ADDR]);
+    /// Reads the kernel's symbols now, so naming the first stack later does not wait.
+    pub fn read_kernel_symbols(&mut self) -> &KernelSymbols {
+        self.kallsyms.get_or_insert_with(kernel_symbols)
     }
 
     /// Names of kernel addresses, in order; unknown ones as hex addresses.
     pub fn kernel(&mut self, addrs: &[u64]) -> Vec<String> {
-        let missing: Vec<u64> = {
-            let mut m: Vec<u64> = addrs
-                .iter()
-                .copied()
-                .filter(|a| !self.kernel.contains_key(a))
-                .collect();
-            m.sort_unstable();
-            m.dedup();
-            m
-        };
-        if !missing.is_empty() {
-            let kallsyms = match &self.kallsyms {
-                Some((_, p)) => blazesym::MaybeDefault::Some(p.clone()),
-                None => blazesym::MaybeDefault::Default,
-            };
-            let src = Source::Kernel(Kernel {
-                kallsyms,
-                vmlinux: blazesym::MaybeDefault::None,
-                debug_syms: false,
-                ..Kernel::default()
-            });
-            let names = self
-                .symbolizer
-                .symbolize(&src, Input::AbsAddr(&missing))
-                .unwrap_or_default();
-            for (i, a) in missing.iter().enumerate() {
-                let n = names
-                    .get(i)
-                    .and_then(name_of)
-                    .unwrap_or_else(|| format!("0x{a:x}"));
-                self.kernel.insert(*a, n);
+        for &a in addrs {
+            if !self.kernel.contains_key(&a) {
+                let name = self.read_kernel_symbols().find(a).map(String::from);
+                self.kernel
+                    .insert(a, name.unwrap_or_else(|| format!("0x{a:x}")));
             }
         }
         addrs.iter().map(|a| self.kernel[a].clone()).collect()
@@ -295,6 +257,65 @@ mod tests {
             assert_eq!(s.kernel(&[addr + 1]), ["io_schedule"]);
             assert_eq!(s.kernel(&[1]), ["0x1"]);
         });
+    }
+
+    /// The mapped table names code addresses as blazesym's kallsyms reader does (which it
+    /// replaced): every 97th symbol's start, the byte before and the byte after.
+    #[test]
+    fn kernel_symbols_name_what_blazesym_names() {
+        use blazesym::symbolize::source::Kernel;
+        let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
+            return;
+        };
+        let ours = KernelSymbols::from_text(&text);
+        let text_syms: String = text
+            .lines()
+            .filter(|l| matches!(l.split(' ').nth(1), Some("t" | "T" | "w" | "W")))
+            .filter(|l| !l.ends_with("[bpf]"))
+            .flat_map(|l| [l, "\n"])
+            .collect();
+        let dir = tempfile_dir();
+        let copy = dir.join("kallsyms");
+        std::fs::write(&copy, &text_syms).unwrap();
+        let mut starts: Vec<u64> = text_syms
+            .lines()
+            .filter_map(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+            .filter(|a| *a != 0)
+            .collect();
+        if starts.is_empty() {
+            return; // kptr_restrict hides addresses from this user
+        }
+        starts.sort_unstable();
+        let addrs: Vec<u64> = starts
+            .iter()
+            .step_by(97)
+            .flat_map(|&a| [a - 1, a, a + 1])
+            .collect();
+        let src = Source::Kernel(Kernel {
+            kallsyms: blazesym::MaybeDefault::Some(copy),
+            vmlinux: blazesym::MaybeDefault::None,
+            debug_syms: false,
+            ..Kernel::default()
+        });
+        let symbolizer = Symbolizer::new();
+        let theirs = symbolizer.symbolize(&src, Input::AbsAddr(&addrs)).unwrap();
+        let second = starts.iter().find(|&&s| s > starts[0]).copied();
+        let mut differ = 0;
+        for (a, t) in addrs.iter().zip(&theirs) {
+            // Within the first group of aliases blazesym's backward scan runs off the
+            // start and names the last (elsewhere the first, as here).
+            if ours.find(*a) != t.as_sym().map(|s| &*s.name) && Some(*a) >= second {
+                differ += 1;
+            }
+        }
+        assert_eq!(differ, 0, "of {} addresses", addrs.len());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("fsprof-ksyms-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
     }
 
     #[inline(never)]

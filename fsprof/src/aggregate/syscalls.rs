@@ -4,8 +4,8 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::Result;
-use aya::{Ebpf, maps::PerCpuArray};
-use fsprof_common::{HistKind, MAX_SYSCALLS, MapName, SyscallStats};
+use aya::Ebpf;
+use fsprof_common::{HistKind, MapName, SyscallStats};
 use serde::{Deserialize, Serialize};
 
 use super::{HistId, histogram::Summary, sum, summary};
@@ -32,15 +32,19 @@ pub(super) fn collect(
     hists: &StdHashMap<HistId, Vec<(u32, u64)>>,
 ) -> Result<Vec<SyscallRow>> {
     let mut rows = Vec::new();
-    let sc: PerCpuArray<_, SyscallStats> =
-        PerCpuArray::try_from(crate::probes::map(ebpf, MapName::Syscalls)?)?;
-    for nr in 0..MAX_SYSCALLS {
-        let s: SyscallStats = sum(&sc.get(&nr, 0)?, |a: SyscallStats, b| SyscallStats {
-            count: a.count + b.count,
-            errors: a.errors + b.errors,
-            ret_sum: a.ret_sum.wrapping_add(b.ret_sum),
-            total_ns: a.total_ns + b.total_ns,
-        });
+    let all = crate::probes::batch::entries(
+        crate::probes::map(ebpf, MapName::Syscalls)?,
+        |nr: u32, per_cpu: Vec<SyscallStats>| {
+            let s = sum(&per_cpu, |a: SyscallStats, b| SyscallStats {
+                count: a.count + b.count,
+                errors: a.errors + b.errors,
+                ret_sum: a.ret_sum.wrapping_add(b.ret_sum),
+                total_ns: a.total_ns + b.total_ns,
+            });
+            (nr, s)
+        },
+    )?;
+    for (nr, s) in all {
         if s.count == 0 {
             continue;
         }

@@ -395,8 +395,17 @@ pub fn attach_floor(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttach
     Ok(out)
 }
 
-/// Configures and attaches the fs_event program for `target`'s subsystems.
-pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
+/// What to attach for a target, worked out while the object loads (tracefs' listing, the
+/// device filters, ~2 ms): `attach` then only writes the maps and attaches.
+pub struct FsEventsPlan {
+    out: FsEventsAttached,
+    events: Vec<Event>,
+    cfgs: Vec<FsEventCfg>,
+    devs: Vec<u32>,
+}
+
+/// The events of `target`'s subsystems, each configured, and their pairs.
+pub fn plan(target: &FsTarget) -> Result<FsEventsPlan> {
     let (subsystems, events) = select(target)?;
     let filters = device_filters(&events)?;
     let mut out = FsEventsAttached {
@@ -406,24 +415,7 @@ pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
     };
     let mut cfgs: Vec<FsEventCfg> = Vec::new();
     for (i, e) in events.iter().enumerate() {
-        let mut cfg = FsEventCfg {
-            dev_arg: FS_NO_ARG,
-            key_arg: FS_NO_ARG,
-            ..Default::default()
-        };
-        match filters.get(&e.full_name()).cloned().flatten() {
-            Some((arg, DevArg::Value)) => {
-                cfg.dev_arg = arg;
-                cfg.dev_is_arg = 1;
-            }
-            Some((arg, DevArg::Path { derefs, dev })) => {
-                cfg.dev_arg = arg;
-                cfg.nderef = derefs.len() as u32;
-                cfg.derefs[..derefs.len()].copy_from_slice(&derefs);
-                cfg.dev_off = dev;
-            }
-            None => {}
-        }
+        let cfg = configured(filters.get(&e.full_name()).cloned().flatten());
         if std::env::var_os("FSPROF_DEBUG_EVENTS").is_some() {
             eprintln!("{} {:?}", e.full_name(), cfg);
         }
@@ -431,6 +423,40 @@ pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
             .push((i as u32, e.full_name(), cfg.dev_arg != FS_NO_ARG));
         cfgs.push(cfg);
     }
+    pair_up(&events, &mut cfgs, &mut out);
+    Ok(FsEventsPlan {
+        out,
+        events,
+        cfgs,
+        devs: target.devs.clone(),
+    })
+}
+
+/// An event's configuration with its device filter, before pairing.
+fn configured(filter: Option<(u32, DevArg)>) -> FsEventCfg {
+    let mut cfg = FsEventCfg {
+        dev_arg: FS_NO_ARG,
+        key_arg: FS_NO_ARG,
+        ..Default::default()
+    };
+    match filter {
+        Some((arg, DevArg::Value)) => {
+            cfg.dev_arg = arg;
+            cfg.dev_is_arg = 1;
+        }
+        Some((arg, DevArg::Path { derefs, dev })) => {
+            cfg.dev_arg = arg;
+            cfg.nderef = derefs.len() as u32;
+            cfg.derefs[..derefs.len()].copy_from_slice(&derefs);
+            cfg.dev_off = dev;
+        }
+        None => {}
+    }
+    cfg
+}
+
+/// Marks the begin and end events of each of PAIRS present, while pair ids and slots last.
+fn pair_up(events: &[Event], cfgs: &mut [FsEventCfg], out: &mut FsEventsAttached) {
     let find = |full: &str| events.iter().position(|e| e.full_name() == full);
     for (name, begin, end, key) in PAIRS {
         let (Some(b), Some(e)) = (find(begin), find(end)) else {
@@ -454,19 +480,25 @@ pub fn attach(ebpf: &mut Ebpf, target: &FsTarget) -> Result<FsEventsAttached> {
         cfgs[e].key_arg = key_arg;
         out.pairs.push((pair, name.to_string()));
     }
-    {
-        let mut map: Array<_, FsEventCfg> =
-            Array::try_from(crate::probes::map_mut(ebpf, MapName::FsEventCfg)?)?;
-        for (i, cfg) in cfgs.iter().enumerate() {
-            map.set(i as u32, cfg, 0)?;
-        }
+}
+
+/// Configures and attaches the fs_event program as `plan` says.
+pub fn attach(ebpf: &mut Ebpf, plan: FsEventsPlan) -> Result<FsEventsAttached> {
+    let FsEventsPlan {
+        mut out,
+        events,
+        cfgs,
+        devs,
+    } = plan;
+    let mut map: Array<_, FsEventCfg> =
+        Array::try_from(crate::probes::map_mut(ebpf, MapName::FsEventCfg)?)?;
+    for (i, cfg) in cfgs.iter().enumerate() {
+        map.set(i as u32, cfg, 0)?;
     }
-    {
-        let mut devs: HashMap<_, u32, u8> =
-            HashMap::try_from(crate::probes::map_mut(ebpf, MapName::FsDevs)?)?;
-        for dev in &target.devs {
-            devs.insert(dev, 1, 0)?;
-        }
+    let mut fs_devs: HashMap<_, u32, u8> =
+        HashMap::try_from(crate::probes::map_mut(ebpf, MapName::FsDevs)?)?;
+    for dev in &devs {
+        fs_devs.insert(dev, 1, 0)?;
     }
     attach_all(ebpf, Program::FsEvent, &events, &mut out)?;
     Ok(out)

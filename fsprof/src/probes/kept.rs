@@ -23,8 +23,9 @@ pub const OFFSETS: &str = "offsets-";
 pub const FS_EVENTS: &str = "fs-events-";
 /// The copy of the BTF tracepoints' typedef ids (`btf::tracepoints`).
 pub const TRACE_IDS: &str = "btf-trace-ids-";
-/// The copy of the kernel's text symbols (`aggregate::symbols`).
-pub const KALLSYMS: &str = "kallsyms-";
+/// The copy of the kernel's text symbols (`aggregate::kallsyms`, a table searched in
+/// place; "kallsyms-" held the text blazesym parsed).
+pub const KALLSYMS: &str = "ksyms-";
 /// The copies of ELF files' unwind tables (`unwind`), one per file: this, the file's
 /// device and inode, then the hash.
 pub const UNWIND: &str = "unwind-";

@@ -1,5 +1,6 @@
 //! Loading and attaching the eBPF programs, and telling them whom to follow.
 
+pub mod batch;
 pub mod btf;
 pub mod dense;
 #[cfg(test)]
@@ -181,6 +182,14 @@ pub struct Probes {
     timeline: Option<timeline::Consumer>,
 }
 
+/// What a load prepares before the programs are verified.
+struct Ahead {
+    /// The unwinder's maps, when stacks are on: its tables start beside the verifier.
+    unwind: Option<unwind::UnwindMaps>,
+    /// The fs events to attach, worked out while the object loaded.
+    fs_events: Option<Result<fs_events::FsEventsPlan>>,
+}
+
 /// After attaching: each program's runs from its first are counted by the program itself,
 /// so the windows need not start before.
 fn start_cost_windows(
@@ -211,10 +220,9 @@ pub(crate) fn cpu_keyed<K, V: aya::Pod>(ebpf: &Ebpf, m: MapName) -> Result<Vec<(
 where
     fsprof_common::CpuKey<K>: aya::Pod,
 {
-    let hash: HashMap<_, fsprof_common::CpuKey<K>, V> = HashMap::try_from(map(ebpf, m)?)?;
-    hash.iter()
-        .map(|item| Ok(item.map(|(k, v)| (k.key, v))?))
-        .collect()
+    batch::entries(map(ebpf, m)?, |k: fsprof_common::CpuKey<K>, v: Vec<V>| {
+        (k.key, v[0])
+    })
 }
 
 /// CPU-keyed maps and their room per CPU; created with room for up to CPU_KEYED_CPUS CPUs.
@@ -301,6 +309,19 @@ fn dense_layout(opts: &ProbeOptions) -> Result<dense::DenseLayout> {
     ))
 }
 
+/// TASKS' room: a thread id per possible one, up to MAX_TASKS. No more threads than
+/// pid_max can live at once, and a dead one's entry is taken over by its id's next
+/// thread, so a follow is never refused for room below that; the kernel zeroes the whole
+/// preallocated table at creation (65,536 × 272 bytes, ~6 ms, where pid_max is 32,768).
+fn tasks_room() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .map_or(fsprof_common::MAX_TASKS, |n: u32| {
+            n.clamp(1, fsprof_common::MAX_TASKS)
+        })
+}
+
 fn timeline_bytes(on: bool) -> u32 {
     use fsprof_common::timeline::{TIMELINE_BYTES, TIMELINE_OFF_BYTES};
     if on {
@@ -337,6 +358,7 @@ fn load_object(
             MapName::FsCounts.name(),
             opts.fs_events.as_ref().map_or(1, fs_events::room),
         )
+        .map_max_entries(MapName::Tasks.name(), tasks_room())
         .load(EBPF_OBJECT)
         .context("loading fsprof's eBPF object")?;
     // Freeing its parse of the kernel's BTF took ~3 ms of the start, on the main thread.
@@ -366,19 +388,36 @@ fn load_object(
 
 impl Probes {
     pub fn load(opts: &ProbeOptions) -> Result<Probes> {
+        Probes::load_while(opts, || ())
+    }
+
+    /// `load`, with `meanwhile` run on this thread while the maps are created on another
+    /// (the kernel zeroes them on one CPU, ~35 ms).
+    pub fn load_while(opts: &ProbeOptions, meanwhile: impl FnOnce()) -> Result<Probes> {
         check_environment()?;
         let mut laps = crate::os::Laps::start();
         let period = opts.stacks.map(|s| off_cpu_period_for(s.sample_hz));
         let config = probe_config(opts, period)?;
         laps.lap("offsets");
         let dense = dense_layout(opts)?;
-        let mut ebpf = load_object(config, &dense, opts)?;
+        let (ebpf, fs_plan) = std::thread::scope(|s| {
+            let loading = s.spawn(|| load_object(config, &dense, opts));
+            let fs_plan = (opts.fs_events.as_ref())
+                .filter(|_| !opts.floor)
+                .map(fs_events::plan);
+            meanwhile();
+            laps.lap("beside_load");
+            (loading.join().expect("loading thread"), fs_plan)
+        });
+        let mut ebpf = ebpf?;
         laps.lap("load");
-        let unwind = match period {
-            Some(_) if !opts.floor => Some(unwind::UnwindTables::start(&mut ebpf)?),
-            _ => None,
+        let ahead = Ahead {
+            unwind: match period {
+                Some(_) if !opts.floor => Some(unwind::UnwindMaps::take(&mut ebpf)?),
+                _ => None,
+            },
+            fs_events: fs_plan,
         };
-        laps.lap("unwind");
         let mut probes = Probes {
             ebpf,
             attached: Vec::new(),
@@ -391,22 +430,23 @@ impl Probes {
             cost: None,
             floor_links: Vec::new(),
             dense,
-            unwind,
+            unwind: None,
             laps,
             timeline: None,
         };
         if opts.floor {
             probes.attach_floor(opts, period)?;
         } else {
-            probes.attach_all(opts, period)?;
+            probes.attach_all(opts, period, ahead)?;
         }
         probes.cost = start_cost_windows(&probes.ebpf, opts.cost_sampling, &mut probes.warnings);
         probes.laps.lap("attach");
         Ok(probes)
     }
 
-    /// The tracepoints (required ones or an error), the sampler and the fs events.
-    fn attach_all(&mut self, opts: &ProbeOptions, period: Option<u64>) -> Result<()> {
+    /// The tracepoints (required ones or an error), the sampler and the fs events; the
+    /// unwind tables start while the programs are verified.
+    fn attach_all(&mut self, opts: &ProbeOptions, period: Option<u64>, ahead: Ahead) -> Result<()> {
         let sampler = period.map(|_| Program::OnCpuSample);
         let timeline = if opts.timeline.is_some() {
             TIMELINE
@@ -415,7 +455,7 @@ impl Probes {
         };
         // The fs events' program too: loaded at attach, it was verified after the others.
         let fs_event = opts.fs_events.as_ref().map(|_| Program::FsEvent);
-        let loaded = verify_in_parallel(
+        let (loaded, unwind) = verify_in_parallel(
             &mut self.ebpf,
             REQUIRED
                 .iter()
@@ -423,7 +463,9 @@ impl Probes {
                 .chain(&sampler)
                 .chain(timeline)
                 .chain(&fs_event),
+            || ahead.unwind.map(unwind::UnwindTables::start).transpose(),
         )?;
+        self.unwind = unwind?;
         self.laps.lap("verify");
         for (&p, required) in OPTIONAL
             .iter()
@@ -452,8 +494,8 @@ impl Probes {
             self.start_timeline(&loaded)?;
         }
         self.laps.lap("attach");
-        if let Some(t) = &opts.fs_events {
-            match fs_events::attach(&mut self.ebpf, t) {
+        if let Some(plan) = ahead.fs_events {
+            match plan.and_then(|p| fs_events::attach(&mut self.ebpf, p)) {
                 Ok(a) => self.fs_events = Some(a),
                 Err(e) => self
                     .warnings
@@ -696,12 +738,14 @@ const LONGEST_TO_VERIFY: [Program; 4] = [
 ];
 
 /// Loads `programs`, one per CPU at a time: the kernel verifies a program on the loading
-/// thread, and fsprof's take ~0.12 s of verification on one CPU (strace -T: see
-/// `LONGEST_TO_VERIFY`). Returns each program's outcome by name.
-fn verify_in_parallel<'p>(
+/// thread, and fsprof's take ~75 ms of verification on one CPU (strace -T: see
+/// `LONGEST_TO_VERIFY`), with `meanwhile` run on this thread. Returns each program's
+/// outcome by name, and what `meanwhile` returned.
+fn verify_in_parallel<'p, T>(
     ebpf: &mut Ebpf,
     programs: impl Iterator<Item = &'p Program>,
-) -> Result<Verified> {
+    meanwhile: impl FnOnce() -> T,
+) -> Result<(Verified, T)> {
     let wanted: Vec<&str> = programs.map(|p| p.name()).collect();
     let btf = btf::tracepoints()?;
     let mut queue: Vec<_> = ebpf
@@ -717,7 +761,7 @@ fn verify_in_parallel<'p>(
     let queue = std::sync::Mutex::new(queue);
     let outcomes = std::sync::Mutex::new(std::collections::BTreeMap::new());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|scope| {
+    let done = std::thread::scope(|scope| {
         for _ in 0..threads.min(wanted.len()) {
             scope.spawn(|| {
                 loop {
@@ -734,8 +778,9 @@ fn verify_in_parallel<'p>(
                 }
             });
         }
+        meanwhile()
     });
-    Ok(Verified(outcomes.into_inner().expect("outcomes")))
+    Ok((Verified(outcomes.into_inner().expect("outcomes")), done))
 }
 
 /// Each program's load outcome, by name.
@@ -775,9 +820,10 @@ impl Probes {
     /// links), the do-nothing sampler, and the do-nothing program on the same fs events.
     fn attach_floor(&mut self, opts: &ProbeOptions, period: Option<u64>) -> Result<()> {
         let floor = [Program::FloorTp, Program::FloorSample];
-        let loaded = verify_in_parallel(
+        let (loaded, ()) = verify_in_parallel(
             &mut self.ebpf,
             floor[..1 + usize::from(period.is_some())].iter(),
+            || (),
         )?;
         loaded.get(Program::FloorTp)?;
         let prog = program_mut(&mut self.ebpf, Program::FloorTp)?;

@@ -427,6 +427,17 @@ impl Loader {
     }
 }
 
+/// Compiles, or reads the kept copies of, the tables of `programs` and the libraries they
+/// link, for `UnwindTables::preload` to copy: a start does it while the kernel makes the
+/// maps on another CPU (~10 ms for fsprof's own and `true`'s, timestamps through a start).
+pub fn warm(programs: &[PathBuf]) {
+    for path in programs.iter().flat_map(|p| with_libraries(p)) {
+        if let Ok(key) = file_key(&path) {
+            compiled(&path, key);
+        }
+    }
+}
+
 /// The tables of one trace and the thread that loads them on demand; stops with Drop.
 pub struct UnwindTables {
     loader: Arc<Mutex<Loader>>,
@@ -434,43 +445,63 @@ pub struct UnwindTables {
     /// out the thread's poll took up to `MISS_POLL` of every trace's tear-down).
     stop: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
+    /// Held, not read: closing the last descriptor of a map the programs use before they
+    /// are verified fails their load.
+    _on: aya::maps::Array<MapData, u32>,
 }
 
-fn take<T>(ebpf: &mut Ebpf, m: MapName) -> Result<T>
-where
-    T: TryFrom<Map>,
-    <T as TryFrom<Map>>::Error: std::error::Error + Send + Sync + 'static,
-{
-    let map = ebpf
-        .take_map(m.name())
-        .with_context(|| format!("map {} missing from the eBPF object", m.name()))?;
-    Ok(T::try_from(map)?)
+/// The unwinder's maps, taken out of the object before its programs are verified, so the
+/// tables start beside the verifier (mapping 24 MB and copying fsprof's own tables, ~5 ms
+/// that came between the maps' creation and the verification).
+pub struct UnwindMaps {
+    rows: Map,
+    index: Map,
+    files: Map,
+    misses: Map,
+    wake: Map,
+    on: Map,
 }
 
-fn mmapped<T: Copy>(ebpf: &mut Ebpf, m: MapName, len: u32) -> Result<Mmapped<T>> {
-    let Some(Map::Array(map)) = ebpf.take_map(m.name()) else {
+impl UnwindMaps {
+    pub fn take(ebpf: &mut Ebpf) -> Result<UnwindMaps> {
+        let mut take = |m: MapName| {
+            ebpf.take_map(m.name())
+                .with_context(|| format!("map {} missing from the eBPF object", m.name()))
+        };
+        Ok(UnwindMaps {
+            rows: take(MapName::UnwindRows)?,
+            index: take(MapName::UnwindIndex)?,
+            files: take(MapName::UnwindFiles)?,
+            misses: take(MapName::UnwindMisses)?,
+            wake: take(MapName::UnwindWake)?,
+            on: take(MapName::UnwindOn)?,
+        })
+    }
+}
+
+fn mmapped<T: Copy>(map: Map, m: MapName, len: u32) -> Result<Mmapped<T>> {
+    let Map::Array(map) = map else {
         bail!("no array map {}", m.name());
     };
     Mmapped::new(map, m.name(), len)
 }
 
 impl UnwindTables {
-    /// Takes the unwinder's maps out of `ebpf` and starts the on-demand loader.
-    pub fn start(ebpf: &mut Ebpf) -> Result<UnwindTables> {
+    /// Maps the tables, turns the unwinder on and starts the on-demand loader.
+    pub fn start(maps: UnwindMaps) -> Result<UnwindTables> {
         let loader = Loader {
-            rows: mmapped(ebpf, MapName::UnwindRows, MAX_UNWIND_ROWS)?,
+            rows: mmapped(maps.rows, MapName::UnwindRows, MAX_UNWIND_ROWS)?,
             next_row: 0,
-            index: mmapped(ebpf, MapName::UnwindIndex, MAX_UNWIND_INDEX)?,
+            index: mmapped(maps.index, MapName::UnwindIndex, MAX_UNWIND_INDEX)?,
             next_index: 0,
-            files: take(ebpf, MapName::UnwindFiles)?,
-            misses: take(ebpf, MapName::UnwindMisses)?,
+            files: HashMap::try_from(maps.files)?,
+            misses: HashMap::try_from(maps.misses)?,
             paths: BTreeMap::new(),
         };
         let loader = Arc::new(Mutex::new(loader));
         let (stopped, stop) = rustix::pipe::pipe()?;
-        let wake: RingBuf<MapData> = take(ebpf, MapName::UnwindWake)?;
-        let mut on: aya::maps::Array<_, u32> =
-            aya::maps::Array::try_from(crate::probes::map_mut(ebpf, MapName::UnwindOn)?)?;
+        let wake: RingBuf<MapData> = RingBuf::try_from(maps.wake)?;
+        let mut on = aya::maps::Array::<_, u32>::try_from(maps.on)?;
         on.set(0, 1, 0)?;
         let thread = {
             let loader = loader.clone();
@@ -486,6 +517,7 @@ impl UnwindTables {
             loader,
             stop: Some(stop),
             thread: Some(thread),
+            _on: on,
         };
         // A child fsprof forks runs fsprof's own code until it execs.
         if let Ok(me) = std::env::current_exe() {
