@@ -1,7 +1,6 @@
 //! Counts of the filesystem's own tracepoints and latencies of their begin/end pairs.
 
 use anyhow::Result;
-use aya::maps::PerCpuArray;
 use fsprof_common::MapName;
 use fsprof_common::{HistKind, TimeStats, kdev};
 use serde::{Deserialize, Serialize};
@@ -94,8 +93,11 @@ pub fn collect(
         return Ok(None);
     };
     let ebpf = &probes.ebpf;
-    let counts: PerCpuArray<_, u64> =
-        PerCpuArray::try_from(crate::probes::map(ebpf, MapName::FsCounts)?)?;
+    // Summed over CPUs, by index (an array's entries come in key order).
+    let counts = crate::probes::batch::entries(
+        crate::probes::map(ebpf, MapName::FsCounts)?,
+        |_: u32, per_cpu: Vec<u64>| per_cpu.iter().sum::<u64>(),
+    )?;
     let mut out = FsEventsProfile {
         subsystems: att.subsystems.clone(),
         attached: att.attached(),
@@ -105,7 +107,7 @@ pub fn collect(
         ..Default::default()
     };
     for (index, name, filtered) in &att.events {
-        let n: u64 = counts.get(index, 0)?.iter().sum();
+        let n = counts.get(*index as usize).copied().unwrap_or(0);
         if n > 0 {
             out.events.push(FsEventCount {
                 name: name.clone(),
@@ -116,13 +118,14 @@ pub fn collect(
     }
     out.events
         .sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
-    let pairs: PerCpuArray<_, TimeStats> =
-        PerCpuArray::try_from(crate::probes::map(ebpf, MapName::FsPairs)?)?;
+    let pairs = crate::probes::batch::entries(
+        crate::probes::map(ebpf, MapName::FsPairs)?,
+        |_: u32, per_cpu: Vec<TimeStats>| {
+            (per_cpu.iter()).fold((0, 0), |(c, t), s| (c + s.episodes, t + s.total_ns))
+        },
+    )?;
     for (id, name) in &att.pairs {
-        let (count, total) = pairs
-            .get(id, 0)?
-            .iter()
-            .fold((0, 0), |(c, t), s| (c + s.episodes, t + s.total_ns));
+        let (count, total) = pairs.get(*id as usize).copied().unwrap_or((0, 0));
         if count > 0 {
             out.pairs.push(FsPairRow {
                 name: name.clone(),
