@@ -274,8 +274,8 @@ mod tests {
             .filter(|l| !l.ends_with("[bpf]"))
             .flat_map(|l| [l, "\n"])
             .collect();
-        let dir = tempfile_dir();
-        let copy = dir.join("kallsyms");
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("kallsyms");
         std::fs::write(&copy, &text_syms).unwrap();
         let mut starts: Vec<u64> = text_syms
             .lines()
@@ -309,13 +309,6 @@ mod tests {
             }
         }
         assert_eq!(differ, 0, "of {} addresses", addrs.len());
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    fn tempfile_dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("fsprof-ksyms-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
     }
 
     #[inline(never)]
