@@ -11,6 +11,17 @@ use std::path::Path;
 const MAGIC: &[u8; 16] = b"fsprof-ksyms-v1\n";
 const HEADER: usize = MAGIC.len() + 8;
 
+/// The address and name of a kallsyms line that `from_text` keeps; None for any other.
+pub fn code_symbol(line: &str) -> Option<(u64, &str)> {
+    if line.ends_with("[bpf]") {
+        return None;
+    }
+    let mut t = line.split_ascii_whitespace();
+    let (addr, kind, name) = (t.next()?, t.next()?, t.next()?);
+    let addr = u64::from_str_radix(addr, 16).ok().filter(|a| *a != 0)?;
+    matches!(kind, "t" | "T" | "w" | "W").then_some((addr, name))
+}
+
 /// The symbols' bytes: a mapped kept copy, or made in memory when none can be kept.
 pub enum KernelSymbols {
     Mapped(memmap2::Mmap),
@@ -32,16 +43,7 @@ impl KernelSymbols {
     /// which come and go (an address in one loaded since would be named by a stale
     /// neighbour).
     pub fn from_text(text: &str) -> KernelSymbols {
-        let mut syms: Vec<(u64, &str)> = text
-            .lines()
-            .filter(|l| !l.ends_with("[bpf]"))
-            .filter_map(|l| {
-                let mut t = l.split_ascii_whitespace();
-                let (addr, kind, name) = (t.next()?, t.next()?, t.next()?);
-                let addr = u64::from_str_radix(addr, 16).ok().filter(|a| *a != 0)?;
-                matches!(kind, "t" | "T" | "w" | "W").then_some((addr, name))
-            })
-            .collect();
+        let mut syms: Vec<(u64, &str)> = text.lines().filter_map(code_symbol).collect();
         syms.sort_by_key(|(a, _)| *a);
         let mut b = Vec::with_capacity(HEADER + syms.len() * 40);
         b.extend(MAGIC);

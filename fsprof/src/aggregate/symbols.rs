@@ -1,7 +1,7 @@
 //! Addresses → function names: kernel frames from /proc/kallsyms (`kallsyms`), user
-//! frames from the ELF files' symbols by file offset with blazesym (the unwinder recorded each frame's
-//! file, so a process that has exited is still symbolized). A frame that cannot be named
-//! keeps its file and offset; it is never dropped.
+//! frames with blazesym from the ELF files' symbols by file offset (the unwinder recorded
+//! each frame's file, so a process that has exited is still symbolized). A frame that
+//! cannot be named keeps its file and offset; it is never dropped.
 
 use std::{
     cell::RefCell,
@@ -263,25 +263,19 @@ mod tests {
     /// replaced): every 97th symbol's start, the byte before and the byte after.
     #[test]
     fn kernel_symbols_name_what_blazesym_names() {
+        use super::super::kallsyms::code_symbol;
         use blazesym::symbolize::source::Kernel;
         let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
             return;
         };
         let ours = KernelSymbols::from_text(&text);
-        let text_syms: String = text
-            .lines()
-            .filter(|l| matches!(l.split(' ').nth(1), Some("t" | "T" | "w" | "W")))
-            .filter(|l| !l.ends_with("[bpf]"))
-            .flat_map(|l| [l, "\n"])
-            .collect();
+        // blazesym reads the lines the table keeps.
+        let kept = || text.lines().filter(|l| code_symbol(l).is_some());
+        let text_syms: String = kept().flat_map(|l| [l, "\n"]).collect();
         let dir = tempfile::tempdir().unwrap();
         let copy = dir.path().join("kallsyms");
         std::fs::write(&copy, &text_syms).unwrap();
-        let mut starts: Vec<u64> = text_syms
-            .lines()
-            .filter_map(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
-            .filter(|a| *a != 0)
-            .collect();
+        let mut starts: Vec<u64> = kept().filter_map(|l| Some(code_symbol(l)?.0)).collect();
         if starts.is_empty() {
             return; // kptr_restrict hides addresses from this user
         }
