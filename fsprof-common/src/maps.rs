@@ -270,6 +270,9 @@ pub struct BlockStats {
     /// the tag was issued again (a tag is freed only after its request completes). Those
     /// still in flight at the end are counted from the tables by userspace.
     pub unseen: u64,
+    /// Bytes completed of requests issued during the trace (`bytes` also holds those of
+    /// requests issued before it): their sizes at issue add up to it.
+    pub issued_bytes: u64,
 }
 
 /// Per-thread state of a followed task. The thread itself is the only writer except for
@@ -326,13 +329,16 @@ pub struct TaskState {
     pub last_stack: [u32; TIME_CLASSES as usize],
     pub last_waker: [u32; TIME_CLASSES as usize],
     pub _pad3: u32,
+    /// When fsprof began to follow the thread: its time classes add up to the time from
+    /// here to its exit (`Counter::FollowedNs`) or to the end of the trace.
+    pub followed_at: u64,
 }
 
 /// `TaskState::exec_in` of an interval whose start fsprof did not see in the kernel.
 pub const EXEC_UNKNOWN: u64 = u64::MAX;
 
 // Shared with userspace as plain bytes (aya::Pod): no implicit padding.
-const _: () = assert!(core::mem::size_of::<TaskState>() == 272);
+const _: () = assert!(core::mem::size_of::<TaskState>() == 280);
 
 /// The followed thread running on a CPU (a per-CPU array of one), set at every switch-in:
 /// the syscall programs, which run for every syscall of every thread, find it without a
@@ -425,9 +431,12 @@ indexed_enum! {
         /// Switch-outs of a followed thread whose switch-in the kernel did not trace (see
         /// fsprof-ebpf sched::switch_in_unseen): its on-CPU time is known, not when it began.
         SwitchInsUnseen = 12,
+        /// Time from following each thread that exited to its exit, ns: what its time
+        /// classes add up to.
+        FollowedNs = 13,
     }
 }
-pub const COUNTERS: u32 = 13;
+pub const COUNTERS: u32 = 14;
 
 indexed_enum! {
     /// fsprof's eBPF programs, each counting its own runs (`PROGRAM_RUNS`, per-CPU array): the

@@ -264,6 +264,9 @@ pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
     unsafe {
         (*s).completions += 1;
         (*s).bytes += nr_bytes;
+        if times.is_some() {
+            (*s).issued_bytes += nr_bytes;
+        }
     }
     // Device latency once per request, at its last part (a loop device completes many
     // requests in parts), as the kernel's own accounting counts it.

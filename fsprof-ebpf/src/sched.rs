@@ -16,7 +16,7 @@ use fsprof_common::{
 
 use crate::{
     common::{
-        btf_read, btf_task_tid, conf, count, current_tgid, current_tid, follow, followed,
+        btf_read, btf_task_tid, conf, count, count_n, current_tgid, current_tid, follow, followed,
         hist_add_row_global, lost, now, on_cpu, ran, read_kernel, row_at, run_here, task_tid,
         unfollow,
     },
@@ -187,7 +187,7 @@ unsafe fn switch_out(
         unsafe { offcpu::complete(t, tid, user, since) };
     }
     if state & TASK_DEAD != 0 {
-        unsafe { exited(t, tid, stacks) };
+        unsafe { exited(t, tid, stacks, ts) };
         return;
     }
     unsafe {
@@ -228,10 +228,13 @@ unsafe fn take_syscall(t: *mut TaskState, tid: u32, cpu: Option<*mut OnCpuTask>)
     (in_syscall, cached_ustack)
 }
 
-/// Followed thread `t` (`tid`) switched out for the last time.
+/// Followed thread `t` (`tid`) switched out for the last time, at `ts`.
 #[inline(always)]
-unsafe fn exited(t: *mut TaskState, tid: u32, stacks: bool) {
+unsafe fn exited(t: *mut TaskState, tid: u32, stacks: bool, ts: u64) {
     unsafe {
+        if (*t).followed_at != 0 {
+            count_n(Counter::FollowedNs, ts.saturating_sub((*t).followed_at));
+        }
         if (*t).sc_start != 0 {
             count(Counter::SyscallsUnfinished);
         }
@@ -261,6 +264,11 @@ unsafe fn switch_in(
             _ => None,
         };
         let task = ctx.arg::<*mut task_struct>(2);
+        // An on-CPU interval still open is a guess that was wrong (a held child that was
+        // asleep, see fsprof Probes::follow): its time was no class's, nor is it followed.
+        if (*t).on_since != 0 {
+            (*t).followed_at += ts.saturating_sub((*t).on_since);
+        }
         // Set first: the timeline dates the waits that get a stack by it.
         (*t).on_since = ts;
         (*c).await_user = offcpu::switch_in(t, tid, task, ended) as u32;
@@ -321,8 +329,10 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> i32 {
     // the child's exit from the syscall, as any wait inside a syscall does. Without it, the
     // stack was `ret_from_fork` alone, with no user frames, and it took every short
     // run-queue wait of the task that never added up to a picked one.
+    let ts = now();
     let state = TaskState {
-        off_since: now(),
+        off_since: ts,
+        followed_at: ts,
         off_class: TimeClass::RunQueue as u32,
         armed,
         ep_in_syscall: 1,

@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["analysis"],
     &["report"],
     &["history"],
+    &["check"],
     &["run"],
     &["cli"],
 ];

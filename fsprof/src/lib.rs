@@ -5,7 +5,8 @@
 //! (maps → profile, folded stacks) → `trace` (one traced command: lab, probes, target and
 //! aggregation together) → `results` (the saved model of a run) → `analysis` (compare,
 //! explain) → `report` (tables, HTML, flame graph pictures) → `history` (every run recorded,
-//! compared with its past); `run` drives suites of steps
+//! compared with its past) → `check` (the invariants that tie any output's figures
+//! together); `run` drives suites of steps
 //! over filesystems and passes and writes all of it; `cli` parses the command line and calls
 //! them. `os`, `signals` and `units` are leaves.
 
@@ -13,6 +14,7 @@
 
 pub mod aggregate;
 pub mod analysis;
+pub mod check;
 pub mod cli;
 pub mod history;
 pub mod lab;

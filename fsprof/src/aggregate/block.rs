@@ -34,6 +34,10 @@ pub struct BlockRow {
     #[serde(default)]
     pub in_flight: u64,
     pub bytes: u64,
+    /// Bytes completed of the requests issued during the trace (`bytes` also counts
+    /// completions of requests issued before it): the sizes at issue add up to it.
+    #[serde(default)]
+    pub issued_bytes: u64,
     /// Request size at issue, bytes.
     pub size: Summary,
     /// Arrival (the kernel's own `start_time_ns`, iostat's) → issue, ns.
@@ -57,6 +61,7 @@ fn add(a: BlockStats, b: &BlockStats) -> BlockStats {
         queue_ns: a.queue_ns + b.queue_ns,
         device_ns: a.device_ns + b.device_ns,
         unseen: a.unseen + b.unseen,
+        issued_bytes: a.issued_bytes + b.issued_bytes,
     }
 }
 
@@ -89,6 +94,7 @@ pub fn collect(
                 unseen: s.unseen,
                 in_flight: in_flight.get(&(dev, class)).copied().unwrap_or(0),
                 bytes: s.bytes,
+                issued_bytes: s.issued_bytes,
                 size: summary(hists, HistKind::BlockSize, class, dev),
                 queue_latency: summary(hists, HistKind::BlockQueueLatency, class, dev),
                 device_latency: summary(hists, HistKind::BlockDeviceLatency, class, dev),

@@ -170,6 +170,7 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
     profile.tasks_exited = counter(Counter::TasksExited)?;
     profile.syscalls_unfinished = counter(Counter::SyscallsUnfinished)?;
     profile.time.switch_ins_unseen = counter(Counter::SwitchInsUnseen)?;
+    profile.time.followed_ns += counter(Counter::FollowedNs)?;
     profile.fs_events = fs_events::collect(probes, &hists)?;
     profile.probe_cost = probe_cost::collect(probes)?;
     if let Some(f) = &mut profile.fs_events {

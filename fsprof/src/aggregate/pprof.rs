@@ -24,7 +24,7 @@ use super::{
 
 /// The messages of profile.proto (github.com/google/pprof/proto/profile.proto) fsprof
 /// writes, field numbers as there.
-mod proto {
+pub mod proto {
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Profile {
         #[prost(message, repeated, tag = "1")]

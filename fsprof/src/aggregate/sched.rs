@@ -42,6 +42,14 @@ pub struct TimeSplit {
     /// in the off-CPU phase before it.
     #[serde(default)]
     pub switch_ins_unseen: u64,
+    /// The followed threads' time, ns: from when each was followed to its exit or the end
+    /// of the trace. The classes (steal included) add up to it; 0 in files of fsprof
+    /// versions that did not record it.
+    #[serde(default)]
+    pub followed_ns: u64,
+    /// Threads still followed when the figures were read (alive at the end).
+    #[serde(default)]
+    pub open_threads: u64,
 }
 
 /// The time classes as reports name them, in the order they list them.
@@ -184,6 +192,10 @@ pub(super) fn open_intervals(
                 push(class as u32, ns);
             }
         }
+        if t.followed_at != 0 {
+            split.followed_ns += now.saturating_sub(t.followed_at);
+        }
+        split.open_threads += 1;
         split.on_cpu.ns += unseen_ns;
         if t.on_since != 0 {
             let wall = now.saturating_sub(t.on_since);

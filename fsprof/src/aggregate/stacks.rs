@@ -99,6 +99,8 @@ pub struct Stacks {
     pub files: BTreeMap<FileKey, std::path::PathBuf>,
     /// The target's stacks by id, for the timeline (its records name stacks by id).
     pub named: StdHashMap<u32, NamedStack>,
+    /// Kernel addresses in these stacks that no function holds (`[kernel] 0x…` frames).
+    pub unnamed_kernel_frames: u64,
 }
 
 /// A stack as exports without addresses show it (the timeline): its process, and its
@@ -178,6 +180,13 @@ pub struct StackSummary {
     /// How many user stacks reach the program's entry.
     #[serde(default)]
     pub user_stacks: UserCompleteness,
+    /// Distinct kernel addresses that no function holds, shown as `[kernel] 0x…` frames
+    /// (code loaded and gone during the trace: a BPF program, a module).
+    #[serde(default)]
+    pub unnamed_kernel_frames: u64,
+    /// The target's (stack, class) weights: the folded files round each to µs.
+    #[serde(default)]
+    pub weighted_stacks: u64,
 }
 
 /// How many of the target's user stacks are whole: unwound from the leaf to the program's
@@ -320,6 +329,8 @@ impl Stacks {
             off_cpu_ns,
             off_cpu_by_class: by_class,
             distinct_stacks: self.distinct,
+            unnamed_kernel_frames: self.unnamed_kernel_frames,
+            weighted_stacks: self.target.len() as u64,
             capture_problems: self.problems.clone(),
             top_on_cpu: top(on, |s| class_label(s.class).to_string()),
             top_off_cpu: top(off, |s| class_label(s.class).to_string()),
@@ -348,14 +359,14 @@ pub const PROBES_FRAME: &str = "[fsprof probes]";
 
 /// Leaf-first kernel frames as the stack should show them. An off-CPU stack was captured
 /// by fsprof's sched_switch program: its tracing frames at the leaf are the capture, not
-/// the target's, and go. An on-CPU sample that interrupted a BPF program (one of
-/// `programs`, as the kernel names them: bpf_prog_<tag>_<name cut at 15 bytes>) shows
-/// that program's cost: everything from the tracepoint down becomes one `[fsprof probes]`
-/// frame, so a reader sees what the profiler itself cost and where it was called.
+/// the target's, and go. An on-CPU sample that interrupted one of fsprof's programs (`ours`
+/// holds a frame of one: the address is in its code) shows that program's cost:
+/// everything from the tracepoint down becomes one `[fsprof probes]` frame, so a reader
+/// sees what the profiler itself cost and where it was called.
 fn own_frames(
     mut kernel: Vec<(String, At)>,
     on_cpu: bool,
-    programs: &[String],
+    ours: &mut dyn FnMut(u64) -> bool,
 ) -> Vec<(String, At)> {
     if !on_cpu {
         let trim = kernel
@@ -365,12 +376,10 @@ fn own_frames(
         kernel.drain(..trim);
         return kernel;
     }
-    let ours = kernel.iter().any(|(f, _)| {
-        f.strip_prefix("bpf_prog_")
-            .and_then(|rest| rest.split_once('_'))
-            .is_some_and(|(_, name)| programs.iter().any(|p| p == name))
-    });
-    if !ours {
+    let in_ours = kernel
+        .iter()
+        .any(|(_, at)| matches!(*at, At::Kernel(a) if ours(a)));
+    if !in_ours {
         return kernel;
     }
     // The root-most tracing frame: where the kernel called into the tracepoint.
@@ -608,6 +617,7 @@ pub fn collect(
     let wakes = read_wakes(ebpf)?;
     let mut off_cpu = Vec::new();
     symbols::with(|syms| {
+        syms.new_trace();
         syms.know_files(&files);
         for ((id, class), (ns, count)) in w {
             let on_cpu = class == TimeClass::OnCpu as u32 || class == STACK_CLASS_BACKGROUND;
@@ -625,6 +635,7 @@ pub fn collect(
             stacks.wakes.push(wake_edge(&k, ns, count, blocked, waker));
         }
         stacks.files = files_of(&stacks, syms);
+        stacks.unnamed_kernel_frames = syms.unnamed_kernel();
     });
     for (id, s) in off_cpu {
         let named = NamedStack::of(&s, &stacks.files);
@@ -634,12 +645,13 @@ pub fn collect(
 }
 
 /// What naming a stack id needs from the maps: the whole stacks, the user stacks, the
-/// processes' mappings, and the program names whose own frames are cut.
+/// processes' mappings, and the programs whose own frames are cut.
 struct Captured {
     keys: StdHashMap<u32, StackKey>,
     user_stacks: StdHashMap<u32, UserStackKey>,
     mappings: StdHashMap<ImageKey, ProcessMappings>,
-    programs: Vec<String>,
+    /// The kernel's ids of fsprof's programs.
+    programs: std::collections::HashSet<u32>,
 }
 
 impl Captured {
@@ -650,10 +662,7 @@ impl Captured {
             keys: by_id(ebpf, MapName::StackIds)?,
             user_stacks: by_id(ebpf, MapName::UserStackIds)?,
             mappings: m.iter().collect::<Result<_, _>>()?,
-            programs: ebpf
-                .programs()
-                .map(|(name, _)| name.chars().take(15).collect())
-                .collect(),
+            programs: crate::probes::program_ids(ebpf).into_iter().collect(),
         })
     }
 
@@ -662,8 +671,12 @@ impl Captured {
         let k = self.keys.get(&id)?;
         let addrs = nonzero(&k.kernel);
         let named = syms.kernel(&addrs).into_iter();
-        let kernel = named.zip(addrs.iter().map(|&a| At::Kernel(a))).collect();
-        let (kernel, kernel_at) = root_first(own_frames(kernel, on_cpu, &self.programs));
+        let kernel: Vec<(String, At)> = named.zip(addrs.iter().map(|&a| At::Kernel(a))).collect();
+        let mut ours = |a| {
+            syms.program_at(a)
+                .is_some_and(|id| self.programs.contains(&id))
+        };
+        let (kernel, kernel_at) = root_first(own_frames(kernel, on_cpu, &mut ours));
         let (user, user_whole) = match self.user_stacks.get(&k.user) {
             Some(u) => user_frames(syms, u, &self.mappings),
             None => (Vec::new(), false),
@@ -732,10 +745,16 @@ mod tests {
         s.iter().map(|x| x.to_string()).collect()
     }
 
-    /// `own_frames` on names alone (nowhere), its names back.
+    /// `own_frames` on names with made-up addresses (a frame named bpf_prog_…_X is at
+    /// 0x1000 + X's index in `programs`, others at 1), its names back.
     fn own(names: Vec<String>, on_cpu: bool, programs: &[String]) -> Vec<String> {
-        let frames = names.into_iter().map(|n| (n, At::Nowhere)).collect();
-        own_frames(frames, on_cpu, programs)
+        let at = |n: &str| {
+            let prog = n.strip_prefix("bpf_prog_").and_then(|r| r.split_once('_'));
+            let i = prog.and_then(|(_, name)| programs.iter().position(|p| p == name));
+            At::Kernel(i.map_or(1, |i| 0x1000 + i as u64))
+        };
+        let frames = names.into_iter().map(|n| (n.clone(), at(&n))).collect();
+        own_frames(frames, on_cpu, &mut |a| a >= 0x1000)
             .into_iter()
             .map(|f| f.0)
             .collect()
@@ -743,7 +762,7 @@ mod tests {
 
     #[test]
     fn own_programs_grouped_on_cpu_trimmed_off_cpu() {
-        let progs = v(&["block_rq_issue", "sched_switch"]);
+        let progs = v(&["block_rq_issue", "sched_switch", "span"]);
         let sample = v(&[
             "htab_lru_map_update_elem",
             "bpf_prog_0123456789abcdef_block_rq_issue",
@@ -755,6 +774,12 @@ mod tests {
         assert_eq!(
             own(sample.clone(), true, &progs),
             v(&[PROBES_FRAME, "blk_mq_submit_bio", "submit_bio"])
+        );
+        // A sample in a subprogram whose caller's frame the unwinder skipped is ours too.
+        let sub = v(&["bpf_prog_4567_span", "bpf_trace_run2", "syscall_exit_work"]);
+        assert_eq!(
+            own(sub, true, &progs),
+            v(&[PROBES_FRAME, "syscall_exit_work"])
         );
         // Somebody else's program is left as it is.
         assert_eq!(own(sample.clone(), true, &v(&["other"])), sample);

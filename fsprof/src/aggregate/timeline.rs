@@ -29,7 +29,7 @@ use crate::probes::timeline::{Dirty, Record, Stream};
 
 /// The messages of Perfetto's trace format (protos/perfetto/trace/perfetto_trace.proto) that
 /// fsprof writes, field numbers as there. A `oneof` is written as its one member set.
-mod proto {
+pub mod proto {
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Trace {
         #[prost(message, repeated, tag = "1")]

@@ -1,6 +1,7 @@
 //! The command line: clap types and one module per command; `main` only calls [`main`].
 
 mod args;
+mod check_cmd;
 mod crash_cmd;
 mod history_cmd;
 mod results_cmds;
@@ -59,6 +60,10 @@ enum Cmd {
     /// Where the time of one cell went, and with --vs why it took longer than on another
     /// filesystem.
     Explain(results_cmds::ExplainArgs),
+    /// Check the invariants that tie an output's figures together (time classes, stacks,
+    /// syscalls, block I/O, frames, graphs, profiles, timeline, crash cells, history):
+    /// one line per invariant; exit status 1 naming those that fail.
+    Check(check_cmd::CheckArgs),
     /// Remove mounts, loop devices and images a killed fsprof left behind.
     Cleanup,
     /// Differential flame graph of two folded stack files (e.g. the same cell of two runs):
@@ -143,7 +148,12 @@ fn end_quietly_on_closed_pipe() {
 fn dispatch(cmd: Cmd) -> Result<ExitCode> {
     if matches!(
         cmd,
-        Cmd::Report(_) | Cmd::Compare(_) | Cmd::Explain(_) | Cmd::FlameDiff(_) | Cmd::History(_)
+        Cmd::Report(_)
+            | Cmd::Compare(_)
+            | Cmd::Explain(_)
+            | Cmd::FlameDiff(_)
+            | Cmd::History(_)
+            | Cmd::Check(_)
     ) {
         end_quietly_on_closed_pipe();
     }
@@ -157,6 +167,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Explain(a) => results_cmds::explain_cmd(a),
         Cmd::History(a) => history_cmd::history_cmd(a),
         Cmd::FlameDiff(a) => results_cmds::flame_diff_cmd(a),
+        Cmd::Check(a) => check_cmd::check_cmd(a),
         Cmd::Cleanup => {
             for line in lab::cleanup::cleanup(&lab::cleanup::default_image_dirs())? {
                 println!("{line}");

@@ -186,11 +186,7 @@ impl History {
             ],
         )?[0][0]
             .int();
-        let outcomes: Vec<[Value; 9]> = s
-            .cells
-            .iter()
-            .flat_map(|c| Outcome::ALL.iter().map(move |&o| outcome_row(id, c, o)))
-            .collect();
+        let outcomes = outcome_rows(id, s);
         let columns = [
             "study_id",
             "fs",
@@ -237,6 +233,15 @@ impl History {
         serde_json::from_str(&r[0].text()).with_context(|| format!("crash study c{id}"))
     }
 
+    /// The outcome rows stored for study `id`, in the order they were inserted.
+    pub fn stored_outcomes(&mut self, id: i64) -> Result<Vec<super::sql::Row>> {
+        self.db.query(
+            "SELECT study_id, fs, mkfs_opts, mount_opts, method, pattern, point, outcome, trials
+             FROM fsprof_crash_outcomes WHERE study_id = $1",
+            &[id.into()],
+        )
+    }
+
     /// Trials of `outcome` recorded for study `id`, over its cells.
     pub fn crash_outcome_total(&mut self, id: i64, outcome: Outcome) -> Result<i64> {
         Ok(self
@@ -250,6 +255,14 @@ impl History {
             .first()
             .map_or(0, |r| r[0].int()))
     }
+}
+
+/// The outcome rows of study `s` as stored under `id`, one per cell and outcome.
+pub fn outcome_rows(id: i64, s: &CrashStudy) -> Vec<[Value; 9]> {
+    s.cells
+        .iter()
+        .flat_map(|c| Outcome::ALL.iter().map(move |&o| outcome_row(id, c, o)))
+        .collect()
 }
 
 fn outcome_row(id: i64, c: &CrashCell, o: Outcome) -> [Value; 9] {

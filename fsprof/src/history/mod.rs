@@ -15,7 +15,7 @@ use crate::{
     analysis::metrics::cell_metrics,
     results::{RunResult, StepRun},
 };
-use sql::{Db, Type, Value};
+use sql::{Db, Row, Type, Value};
 
 /// Version of the history's tables. A newer fsprof migrates an older store (`MIGRATIONS`);
 /// an older fsprof refuses a newer one. 2: crash studies.
@@ -490,27 +490,18 @@ impl History {
 
     /// Every figure compare judges, per pass, as rows (cell, step, metric, pass, value).
     fn insert_figures(&mut self, id: i64, r: &RunResult) -> Result<()> {
-        let mut rows: Vec<[Value; 6]> = Vec::new();
-        for f in &r.filesystems {
-            for step in r.step_names() {
-                let (passes, runs): (Vec<u32>, Vec<&StepRun>) =
-                    f.pass_runs(&step).into_iter().unzip();
-                for m in cell_metrics(&runs) {
-                    for (pass, v) in passes.iter().zip(&m.values) {
-                        rows.push([
-                            id.into(),
-                            f.column().into(),
-                            step.as_str().into(),
-                            m.name.as_str().into(),
-                            i64::from(*pass).into(),
-                            (*v).into(),
-                        ]);
-                    }
-                }
-            }
-        }
         let columns = ["run_id", "cell", "step", "metric", "pass", "value"];
-        self.insert_many("fsprof_figures", &columns, &rows)
+        self.insert_many("fsprof_figures", &columns, &figure_rows(id, r))
+    }
+
+    /// The figure rows stored for run `id` (run_id, cell, step, metric, pass, value), in
+    /// the order `figure_rows` makes them.
+    pub fn stored_figures(&mut self, id: i64) -> Result<Vec<Row>> {
+        self.db.query(
+            "SELECT run_id, cell, step, metric, pass, value FROM fsprof_figures
+             WHERE run_id = $1 ORDER BY cell, step, metric, pass",
+            &[id.into()],
+        )
     }
 
     /// Inserts `rows` (one value per column each), many rows per statement: one round trip
@@ -614,6 +605,32 @@ impl History {
             .map(|r| r[0].int())
             .unwrap_or(0))
     }
+}
+
+/// The figure rows of run `r` as stored under `id`: every figure compare judges, per pass,
+/// sorted as `History::stored_figures` reads them back.
+pub fn figure_rows(id: i64, r: &RunResult) -> Vec<[Value; 6]> {
+    let mut rows: Vec<[Value; 6]> = Vec::new();
+    for f in &r.filesystems {
+        for step in r.step_names() {
+            let (passes, runs): (Vec<u32>, Vec<&StepRun>) = f.pass_runs(&step).into_iter().unzip();
+            for m in cell_metrics(&runs) {
+                for (pass, v) in passes.iter().zip(&m.values) {
+                    rows.push([
+                        id.into(),
+                        f.column().into(),
+                        step.as_str().into(),
+                        m.name.as_str().into(),
+                        i64::from(*pass).into(),
+                        (*v).into(),
+                    ]);
+                }
+            }
+        }
+    }
+    let key = |r: &[Value; 6]| (r[1].text(), r[2].text(), r[3].text(), r[4].int());
+    rows.sort_by_key(key);
+    rows
 }
 
 /// Records a finished (or stopped) run where the user asked, and says so on stderr. A

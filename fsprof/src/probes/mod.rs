@@ -10,6 +10,7 @@ pub mod kept;
 pub mod mmapped;
 pub mod offsets;
 pub mod probe_cost;
+pub mod prog_symbols;
 pub mod raw_tracepoint;
 pub mod timeline;
 pub mod tracefs;
@@ -197,15 +198,19 @@ fn start_cost_windows(
     sampling: CostSampling,
     warnings: &mut Vec<String>,
 ) -> Option<CostWindows> {
-    let ids = ebpf
-        .programs()
-        .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))
-        .collect();
+    let ids = program_ids(ebpf);
     let (sampling, why) = sampling.on_this_machine();
     warnings.extend(why.map(String::from));
     CostWindows::start(ids, sampling)
         .map_err(|e| warnings.push(format!("fsprof's own cost is not measured: {e:#}")))
         .ok()
+}
+
+/// The kernel's ids of the object's programs.
+pub fn program_ids(ebpf: &Ebpf) -> Vec<u32> {
+    ebpf.programs()
+        .filter_map(|(_, p)| p.info().ok().map(|i| i.id()))
+        .collect()
 }
 
 /// Map `m` of the loaded object.
@@ -619,6 +624,7 @@ impl Probes {
             tid,
             TaskState {
                 armed: armed.into(),
+                followed_at: now,
                 ..state
             },
         )
@@ -645,7 +651,12 @@ impl Probes {
             'D' => off(TimeClass::Uninterruptible),
             _ => off(TimeClass::Other),
         };
-        self.follow_with(tid, TaskState { armed: 1, ..state })
+        let state = TaskState {
+            armed: 1,
+            followed_at: now,
+            ..state
+        };
+        self.follow_with(tid, state)
     }
 
     fn follow_with(&mut self, tid: u32, state: TaskState) -> Result<()> {

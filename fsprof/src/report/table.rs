@@ -296,6 +296,13 @@ fn render_stacks(o: &mut String, r: &TraceResult) {
             .collect();
         let _ = writeln!(o, "  stack capture problems: {}", p.join(" "));
     }
+    if s.unnamed_kernel_frames > 0 {
+        let _ = writeln!(
+            o,
+            "  kernel frames in no known function (code gone before naming): {} addresses, shown as [kernel] 0x…",
+            s.unnamed_kernel_frames
+        );
+    }
     render_wakes(o, s);
     render_top_stacks(o, s);
     render_background(o, r);

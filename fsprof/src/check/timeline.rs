@@ -1,0 +1,194 @@
+//! The invariants of a Perfetto timeline: its off-CPU stack samples and the thread states
+//! its switches and wakeups draw, against each other or against the trace it came with.
+
+use std::{collections::BTreeMap, path::Path};
+
+use anyhow::{Context, Result};
+use fsprof_common::TimeClass;
+use prost::Message;
+
+use super::{Checks, TIMELINE_STACKS, TIMELINE_STATES, Unit};
+use crate::{
+    aggregate::timeline::{proto, stack_counter},
+    trace::TraceResult,
+};
+
+/// What a timeline says, per time class (by `TimeClass::name`).
+struct Read {
+    /// Thread states of the target's threads, ns; "on_cpu" holds running (and steal).
+    states: BTreeMap<&'static str, u64>,
+    /// Off-CPU stack samples' weights, ns.
+    stacks: BTreeMap<&'static str, u64>,
+    has_stacks: bool,
+    /// Whether the timeline says which D-waits were I/O waits (`--timeline-blocked-functions`
+    /// writes sched_blocked_reason); without, all are uninterruptible to Perfetto.
+    has_blocked: bool,
+    lost: bool,
+}
+
+/// Checks the timeline at `path`, against `trace` when it is the trace that wrote it.
+pub fn check_timeline(c: &mut Checks, path: &Path, trace: Option<&TraceResult>) {
+    let item = path.display().to_string();
+    let r = match read(path) {
+        Ok(r) => r,
+        Err(e) => return c.unreadable.push((path.to_path_buf(), format!("{e:#}"))),
+    };
+    if r.lost {
+        c.skip(TIMELINE_STATES, "records lost in the kernel");
+        return c.skip(TIMELINE_STACKS, "records lost in the kernel");
+    }
+    // Without blocked reasons I/O waits are drawn as uninterruptible: D-waits compare whole.
+    let merged = |k: TimeClass, by: &dyn Fn(TimeClass) -> u64| match (k, r.has_blocked) {
+        (TimeClass::Uninterruptible, false) => by(k) + by(TimeClass::IoWait),
+        _ => by(k),
+    };
+    for &k in TimeClass::ALL {
+        if k == TimeClass::Steal || (k == TimeClass::IoWait && !r.has_blocked) {
+            continue;
+        }
+        let state = r.states.get(k.name()).copied().unwrap_or(0);
+        let off_cpu = k != TimeClass::OnCpu;
+        let stacked = merged(k, &|k| r.stacks.get(k.name()).copied().unwrap_or(0));
+        let what = format!("{item} {}", k.name());
+        match trace {
+            Some(t) => {
+                let time = &t.profile.time;
+                let class =
+                    merged(k, &|k| time.class(k).ns) + if off_cpu { 0 } else { time.steal.ns };
+                c.agree(
+                    TIMELINE_STATES,
+                    &what,
+                    ("thread states", state),
+                    ("time class", class),
+                    slack(class),
+                    Unit::Ns,
+                );
+                if off_cpu && r.has_stacks {
+                    c.agree(
+                        TIMELINE_STACKS,
+                        &what,
+                        ("stack samples", stacked),
+                        ("time class", class),
+                        0,
+                        Unit::Ns,
+                    );
+                }
+            }
+            None if off_cpu && r.has_stacks => {
+                c.agree(
+                    TIMELINE_STACKS,
+                    &what,
+                    ("stack samples", stacked),
+                    ("thread states", state),
+                    slack(state),
+                    Unit::Ns,
+                );
+            }
+            None => {}
+        }
+    }
+}
+
+/// Two programs stamp each switch a few hundred ns apart, and a thread's time before its
+/// first event is in no state.
+fn slack(ns: u64) -> u64 {
+    1_000_000 + ns / 50
+}
+
+fn read(path: &Path) -> Result<Read> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let trace = proto::Trace::decode(&bytes[..]).context("not a Perfetto trace")?;
+    let mut events = Vec::new();
+    let mut threads = Vec::new();
+    let mut r = Read {
+        states: BTreeMap::new(),
+        stacks: BTreeMap::new(),
+        has_stacks: false,
+        has_blocked: false,
+        lost: false,
+    };
+    let counters: BTreeMap<String, &'static str> = TimeClass::ALL
+        .iter()
+        .map(|&k| (stack_counter(k as u32), k.name()))
+        .collect();
+    for p in trace.packet {
+        if let Some(b) = p.ftrace_events {
+            r.lost |= b.lost_events == Some(true);
+            r.has_blocked |= b.event.iter().any(|e| e.sched_blocked_reason.is_some());
+            events.extend(b.event);
+        }
+        if let Some(t) = p.process_tree {
+            threads.extend(t.threads.iter().filter_map(|t| t.tid));
+        }
+        if let Some(s) = p.stack_sample {
+            r.has_stacks = true;
+            let name = s
+                .primary_descriptor
+                .and_then(|d| d.name)
+                .unwrap_or_default();
+            let class = counters.get(&name).copied().unwrap_or("other");
+            *r.stacks.entry(class).or_insert(0) += s.primary_weight.unwrap_or(0);
+        }
+    }
+    events.sort_by_key(|e| e.timestamp.unwrap_or(0));
+    r.states = states(&events, &threads);
+    Ok(r)
+}
+
+/// A thread's state as the timeline draws it, by the time class it counts in.
+fn after_switch(prev_state: i64) -> Option<TimeClass> {
+    Some(match prev_state {
+        0 | 0x100 => TimeClass::RunQueue,
+        1 => TimeClass::Sleep,
+        // D, and I (TASK_IDLE), which fsprof counts as uninterruptible too.
+        2 | 0x80 => TimeClass::Uninterruptible,
+        0x10 | 0x20 => return None,
+        _ => TimeClass::Other,
+    })
+}
+
+/// Time per state of `threads`, from each thread's first event to its exit.
+fn states(events: &[proto::FtraceEvent], threads: &[i32]) -> BTreeMap<&'static str, u64> {
+    let mut now: BTreeMap<i32, (TimeClass, u64)> = BTreeMap::new();
+    let mut total = BTreeMap::new();
+    let mut enter =
+        |now: &mut BTreeMap<i32, (TimeClass, u64)>, tid, state: Option<TimeClass>, ts: u64| {
+            if let Some((was, since)) = now.remove(&tid) {
+                *total.entry(was.name()).or_insert(0) += ts.saturating_sub(since);
+            }
+            if let Some(s) = state {
+                now.insert(tid, (s, ts));
+            }
+        };
+    for e in events {
+        let ts = e.timestamp.unwrap_or(0);
+        if let Some(s) = &e.sched_switch {
+            let (prev, next) = (s.prev_pid.unwrap_or(0), s.next_pid.unwrap_or(0));
+            if threads.contains(&prev) {
+                enter(&mut now, prev, after_switch(s.prev_state.unwrap_or(0)), ts);
+            }
+            if threads.contains(&next) {
+                enter(&mut now, next, Some(TimeClass::OnCpu), ts);
+            }
+        } else if let Some(b) = &e.sched_blocked_reason {
+            if let Some((state @ TimeClass::Uninterruptible, _)) = now.get_mut(&b.pid.unwrap_or(0))
+                && b.io_wait == Some(1)
+            {
+                *state = TimeClass::IoWait;
+            }
+        } else if let Some(w) = &e.sched_waking {
+            let tid = w.pid.unwrap_or(0);
+            let asleep = now
+                .get(&tid)
+                .is_some_and(|(s, _)| !matches!(s, TimeClass::OnCpu | TimeClass::RunQueue));
+            if asleep {
+                enter(&mut now, tid, Some(TimeClass::RunQueue), ts);
+            }
+        } else if let Some(w) = &e.sched_wakeup_new
+            && threads.contains(&w.pid.unwrap_or(0))
+        {
+            enter(&mut now, w.pid.unwrap_or(0), Some(TimeClass::RunQueue), ts);
+        }
+    }
+    total
+}
