@@ -37,3 +37,6 @@ mod layering;
 
 #[cfg(test)]
 mod json_docs;
+
+#[cfg(test)]
+mod test_support;

@@ -33,6 +33,35 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Refuses, before any work, output paths fsprof could not write at the end: a file or
+/// directory must go in a directory that exists and takes new files (tried with a file of
+/// its own, removed at once).
+pub fn ensure_writable<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<()> {
+    for p in paths {
+        let dir = match p.is_dir() {
+            true => p,
+            false => p
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new(".")),
+        };
+        let probe = dir.join(format!(".fsprof-write-{}", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .with_context(|| {
+                format!(
+                    "cannot write {}: {} takes no new file",
+                    p.display(),
+                    dir.display()
+                )
+            })?;
+        let _ = std::fs::remove_file(&probe);
+    }
+    Ok(())
+}
+
 /// Lap times of fsprof's own work, by phase name (ns), for its start-up and tear-down cost.
 #[derive(Debug)]
 pub struct Laps {

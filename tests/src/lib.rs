@@ -47,7 +47,49 @@ pub fn trace(command: Vec<String>, cwd: Option<&Path>) -> TraceResult {
         cwd: cwd.map(Path::to_path_buf),
         ..Default::default()
     };
-    trace::run(&opts).expect("tracing")
+    checked_trace(trace::run(&opts).expect("tracing"))
+}
+
+/// Fails naming every invariant of `fsprof check` that does not hold, with its figures.
+fn assert_checks(c: &fsprof::check::Checks, what: &str) {
+    let failed = c.failed();
+    assert!(
+        failed.is_empty() && c.unreadable.is_empty(),
+        "fsprof check of {what} failed ({}):\n{}",
+        failed.join(", "),
+        c.render()
+    );
+}
+
+/// `fsprof check` of outputs a test wrote (results files, graphs, profiles, timelines,
+/// history stores): every invariant that applies holds.
+pub fn checked(paths: &[&Path]) {
+    let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let c = fsprof::check::check_paths(&paths);
+    assert!(c.checked_any(), "nothing to check in {paths:?}");
+    assert_checks(&c, &paths.join(" "));
+}
+
+/// A `fsprof run` results file, checked first.
+pub fn load_run(path: &Path) -> fsprof::results::RunResult {
+    checked(&[path]);
+    fsprof::results::RunResult::load(path).expect("reading run results")
+}
+
+/// A crash study's results file, checked first.
+pub fn load_study(path: &Path) -> fsprof::results::crash::CrashStudy {
+    checked(&[path]);
+    serde_json::from_str(&fs::read_to_string(path).unwrap()).expect("reading a crash study")
+}
+
+/// The same for a trace run in this process: its figures and the files it wrote (paths
+/// relative to the current directory).
+pub fn checked_trace(t: TraceResult) -> TraceResult {
+    let mut c = fsprof::check::Checks::default();
+    fsprof::check::check_trace_result(&mut c, "trace", &t, Path::new("."))
+        .expect("reading the trace's outputs");
+    assert_checks(&c, &format!("a trace of {:?}", t.command));
+    t
 }
 
 /// Makes a nested tree: `dirs` directories with `files` small files each, some nested.
@@ -116,20 +158,49 @@ pub fn sysfs_block_stat(dev: &Path) -> Vec<u64> {
         .collect()
 }
 
-/// Waits (at most 5 s) until the device's /sys/block stat has not moved for 300 ms: a
-/// request that completes between a probe attaching and a stat snapshot (or between the
-/// last snapshot and the probes' read-out) would be counted by one side only.
+/// Waits until the device is idle: no request in flight (/sys/block/NAME/inflight) and its
+/// stat unchanged since the last look. A request that completes between a probe attaching
+/// and a stat snapshot (or between the last snapshot and the probes' read-out) would be
+/// counted by one side only.
 pub fn wait_block_idle(dev: &Path) {
-    let start = std::time::Instant::now();
+    let name = dev.file_name().unwrap().to_string_lossy().into_owned();
+    let inflight = format!("/sys/block/{name}/inflight");
     let mut last = sysfs_block_stat(dev);
-    while start.elapsed() < std::time::Duration::from_secs(5) {
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let now = sysfs_block_stat(dev);
-        if now == last {
-            return;
-        }
-        last = now;
+    wait_until(
+        &format!("{name} idle"),
+        std::time::Duration::from_secs(60),
+        || {
+            let now = sysfs_block_stat(dev);
+            let idle =
+                fs::read_to_string(&inflight).is_ok_and(|t| t.split_whitespace().all(|n| n == "0"));
+            let still = now == last;
+            last = now;
+            idle && still
+        },
+    );
+}
+
+/// The state letter of process `pid` (/proc/PID/stat), None when it is gone.
+pub fn proc_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Polls `ready` every 20 ms until it holds: a test goes on the moment the event it needs
+/// happens. `limit` is only a safety net: past it the test fails, naming what never came.
+pub fn wait_until(what: &str, limit: std::time::Duration, mut ready: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// Mounts of fsprof process `pid` (its images and mount points carry its PID).
+pub fn mounts_of(pid: u32) -> usize {
+    let me = format!("fsprof-{pid}-");
+    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts.lines().filter(|l| l.contains(&me)).count()
 }
 
 /// Fails with the command's stderr unless it exited 0.
@@ -154,6 +225,7 @@ pub fn trace_sh(args: &[&str], json: &Path, script: &str) -> (String, TraceResul
         .output()
         .unwrap();
     assert_success(&run);
+    checked(&[json]);
     let result = serde_json::from_str(&fs::read_to_string(json).unwrap()).unwrap();
     (String::from_utf8_lossy(&run.stderr).into_owned(), result)
 }
@@ -224,7 +296,7 @@ pub fn trace_with_stack_options(
             opts.cwd = Some(c.to_path_buf());
         }
     }
-    trace::run(&opts).expect("tracing")
+    checked_trace(trace::run(&opts).expect("tracing"))
 }
 
 /// A fresh directory for a test's output files, removed when dropped.

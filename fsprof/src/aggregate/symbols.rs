@@ -318,10 +318,7 @@ mod tests {
 
     #[test]
     fn kernel_symbols_resolve() {
-        let Some(text) = readable_kallsyms() else {
-            eprintln!(
-                "SKIPPED kernel_symbols_resolve: /proc/kallsyms shows no addresses to this user"
-            );
+        let Some(text) = kallsyms_for("kernel_symbols_resolve") else {
             return;
         };
         let line = text.lines().find(|l| l.ends_with(" io_schedule"));
@@ -340,10 +337,7 @@ mod tests {
     fn kernel_symbols_name_what_blazesym_names() {
         use super::super::kallsyms::code_symbol;
         use blazesym::symbolize::source::Kernel;
-        let Some(text) = readable_kallsyms() else {
-            eprintln!(
-                "SKIPPED kernel_symbols_name_what_blazesym_names: /proc/kallsyms shows no addresses to this user"
-            );
+        let Some(text) = kallsyms_for("kernel_symbols_name_what_blazesym_names") else {
             return;
         };
         let ours = KernelSymbols::from_text(&text, &modules_loaded());
@@ -401,6 +395,16 @@ mod tests {
             .then_some(text)
     }
 
+    /// /proc/kallsyms for `test`, which fails without it (see `test_support::needs`).
+    fn kallsyms_for(test: &str) -> Option<String> {
+        let text = readable_kallsyms();
+        let what = "/proc/kallsyms with addresses (root)";
+        match crate::test_support::needs(test, what, text.is_some()) {
+            true => text,
+            false => None,
+        }
+    }
+
     fn code_symbol_addr(l: &str) -> u64 {
         super::super::kallsyms::code_symbol(l).map_or(0, |(a, _)| a)
     }
@@ -409,10 +413,7 @@ mod tests {
     /// mark): the regression that named every BPF frame so.
     #[test]
     fn no_address_is_named_by_a_boundary_mark() {
-        let Some(text) = readable_kallsyms() else {
-            eprintln!(
-                "SKIPPED no_address_is_named_by_a_boundary_mark: /proc/kallsyms shows no addresses to this user"
-            );
+        let Some(text) = kallsyms_for("no_address_is_named_by_a_boundary_mark") else {
             return;
         };
         let ours = KernelSymbols::from_text(&text, &modules_loaded());

@@ -154,16 +154,14 @@ fn sibling_folded(pprof: &Path) -> Option<Folded> {
     folded::read_folded(Path::new(&format!("{base}.folded"))).ok()
 }
 
-/// A path a results file names: as written (relative to where fsprof ran), else
-/// relative to the results file's directory.
-fn named(results: &Path, p: &str) -> PathBuf {
-    let as_written = PathBuf::from(p);
-    if as_written.exists() {
-        return as_written;
+/// A path a results file names (relative to where fsprof ran): from the results file's
+/// directory `dir` where it is there, else as written.
+fn named(dir: &Path, p: &str) -> PathBuf {
+    let beside = dir.join(p);
+    match beside.exists() {
+        true => beside,
+        false => PathBuf::from(p),
     }
-    results
-        .parent()
-        .map_or(as_written.clone(), |d| d.join(&as_written))
 }
 
 fn check_json(c: &mut Checks, path: &Path) -> Result<()> {
@@ -184,21 +182,27 @@ fn check_json(c: &mut Checks, path: &Path) -> Result<()> {
     if v.get("profile").is_some() {
         let t: TraceResult =
             serde_json::from_value(v).context("not a results file of fsprof trace")?;
-        check_trace(c, &item, &t);
-        return check_trace_outputs(c, path, &item, &t);
+        let dir = path.parent().unwrap_or(Path::new("."));
+        return check_trace_result(c, &item, &t, dir);
     }
     bail!("JSON that is no results file of fsprof (trace, run or crash)")
 }
 
+/// A trace's figures and the outputs it wrote (paths relative to `dir`, or as written).
+pub fn check_trace_result(c: &mut Checks, item: &str, t: &TraceResult, dir: &Path) -> Result<()> {
+    check_trace(c, item, t);
+    check_trace_outputs(c, dir, item, t)
+}
+
 /// The graphs, profiles and timeline a trace wrote, against its figures.
-fn check_trace_outputs(c: &mut Checks, path: &Path, item: &str, t: &TraceResult) -> Result<()> {
+fn check_trace_outputs(c: &mut Checks, dir: &Path, item: &str, t: &TraceResult) -> Result<()> {
     let mut files = BTreeMap::new();
     let mut pprofs = Vec::new();
     for (kind, p) in &t.flames {
         if let Some(kind) = kind.strip_suffix(".folded") {
-            files.insert(kind.to_string(), folded::read_folded(&named(path, p))?);
+            files.insert(kind.to_string(), folded::read_folded(&named(dir, p))?);
         } else if kind.ends_with(PPROF_EXT) {
-            pprofs.push(named(path, p));
+            pprofs.push(named(dir, p));
         }
     }
     let background = t.background.as_ref();
@@ -217,11 +221,11 @@ fn check_trace_outputs(c: &mut Checks, path: &Path, item: &str, t: &TraceResult)
         },
     );
     for p in pprofs {
-        let folded = sibling_folded_in(&t.flames, &p, path);
+        let folded = sibling_folded_in(&t.flames, &p, dir);
         check_pprof(c, &p, folded.as_ref(), Some(&t.kernel));
     }
     if let Some(tl) = &t.timeline {
-        check_timeline(c, &named(path, &tl.path), Some(t));
+        check_timeline(c, &named(dir, &tl.path), Some(t));
     }
     Ok(())
 }
@@ -235,7 +239,7 @@ fn rounding_us(stacks: u64) -> u64 {
 fn sibling_folded_in(
     flames: &BTreeMap<String, String>,
     pprof: &Path,
-    results: &Path,
+    dir: &Path,
 ) -> Option<Folded> {
     let s = pprof.to_string_lossy();
     let kind = s
@@ -243,7 +247,7 @@ fn sibling_folded_in(
         .rsplit_once('.')?
         .1;
     let p = flames.get(&format!("{kind}.folded"))?;
-    folded::read_folded(&named(results, p)).ok()
+    folded::read_folded(&named(dir, p)).ok()
 }
 
 /// A run's graphs: each cell's folded files (its passes summed) against its passes'

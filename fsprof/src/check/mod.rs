@@ -15,8 +15,7 @@ use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf};
 
 use anyhow::Result;
 
-pub use inputs::check_paths;
-pub use trace::check_trace;
+pub use inputs::{check_paths, check_trace_result};
 
 /// An invariant: its name (what a failure is called), what it is checked on, and what it
 /// guards.
@@ -231,4 +230,54 @@ fn line(inv: &Invariant, t: &Tally) -> String {
         let _ = write!(l, "; not checked on {n}: {why}");
     }
     l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/check.md names every invariant, and nothing else in its table.
+    #[test]
+    fn every_invariant_is_documented() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/check.md");
+        let text = std::fs::read_to_string(docs).unwrap();
+        let rows: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .collect();
+        let names: Vec<&str> = INVARIANTS.iter().map(|i| i.name).collect();
+        assert_eq!(rows, names);
+    }
+
+    #[test]
+    fn a_failure_names_the_invariant_and_its_figures() {
+        let mut c = Checks::default();
+        c.agree(
+            TIME_CLASSES,
+            "t",
+            ("classes", 10),
+            ("followed", 12),
+            1,
+            Unit::Ns,
+        );
+        c.agree(
+            TIME_CLASSES,
+            "u",
+            ("classes", 5),
+            ("followed", 5),
+            0,
+            Unit::Ns,
+        );
+        assert_eq!(c.failed(), [TIME_CLASSES]);
+        let text = c.render();
+        let line = text.lines().find(|l| l.contains(TIME_CLASSES)).unwrap();
+        assert!(
+            line.starts_with("FAIL") && line.contains("1 of 2 traces fail"),
+            "{text}"
+        );
+        assert!(
+            text.contains("t: classes 10ns ≠ followed 12ns (differ by 2ns, allowed 1ns)"),
+            "{text}"
+        );
+    }
 }

@@ -17,11 +17,14 @@ pub fn check_cmd(a: CheckArgs) -> Result<ExitCode> {
     let c = crate::check::check_paths(&a.paths);
     print!("{}", c.render());
     let failed = c.failed();
-    if !c.unreadable.is_empty() && failed.is_empty() {
-        bail!(
-            "{} input(s) could not be read as output of fsprof",
-            c.unreadable.len()
-        );
+    if let Some((path, why)) = c.unreadable.first()
+        && failed.is_empty()
+    {
+        let also = match c.unreadable.len() - 1 {
+            0 => String::new(),
+            n => format!(" (and {n} more inputs not read)"),
+        };
+        bail!("{}: {why}{also}", path.display());
     }
     if !failed.is_empty() {
         eprintln!("fsprof: check failed: {}", failed.join(", "));

@@ -40,7 +40,7 @@ pub struct CrashArgs {
     )]
     at: Vec<CrashPoint>,
     /// Trials per cell, each on a fresh filesystem.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     trials: u32,
     /// Updates traced per pattern for what it costs (0: no cost pass).
     #[arg(long, default_value_t = 100)]
@@ -83,6 +83,7 @@ pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
         label: a.record.label.clone(),
     };
     crash::validate(&opts)?;
+    crate::os::ensure_writable([a.json.as_path()])?;
     let mut last: Option<CrashStudy> = None;
     let outcome = crash::study(
         &opts,

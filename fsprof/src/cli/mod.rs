@@ -194,6 +194,33 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode> {
     }
 }
 
+/// A usage error in one line: what clap says is wrong, whole (a missing argument's name is
+/// on the lines after the first), the choices of a bad value, and for a missing or
+/// conflicting argument the usage it breaks.
+fn usage_error(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let (said, rest) = text.split_once("\n\n").unwrap_or((&text, ""));
+    let words: Vec<&str> = said.split_whitespace().collect();
+    let mut msg = words.join(" ");
+    msg = msg.strip_prefix("error: ").unwrap_or(&msg).to_string();
+    if let Some(ContextValue::Strings(values)) = e.get(ContextKind::ValidValue)
+        && !values.is_empty()
+    {
+        msg = format!("{msg} [possible values: {}]", values.join(", "));
+    }
+    let shows_usage = matches!(
+        e.kind(),
+        ErrorKind::MissingRequiredArgument
+            | ErrorKind::ArgumentConflict
+            | ErrorKind::MissingSubcommand
+    );
+    let usage = rest.lines().find_map(|l| l.trim().strip_prefix("Usage: "));
+    if let (true, Some(u)) = (shows_usage, usage) {
+        msg = format!("{msg} (usage: {u})");
+    }
+    msg
+}
+
 /// One line on stderr and status 2 for any error, clap's usage errors included.
 fn fail(msg: &str) -> ExitCode {
     eprintln!("fsprof: error: {msg}");
@@ -213,16 +240,7 @@ pub fn main() -> ExitCode {
         {
             e.exit()
         }
-        Err(e) => {
-            // clap's first line says what is wrong; keep the choices, drop the usage.
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or_default();
-            let mut msg = first.strip_prefix("error: ").unwrap_or(first).to_string();
-            if let Some(ContextValue::Strings(values)) = e.get(ContextKind::ValidValue) {
-                msg = format!("{msg} [possible values: {}]", values.join(", "));
-            }
-            return fail(&msg);
-        }
+        Err(e) => return fail(&usage_error(&e)),
     };
     vm::guest::heartbeat_if_asked();
     match dispatch(cli.cmd) {

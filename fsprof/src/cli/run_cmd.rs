@@ -32,7 +32,7 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Passes per filesystem, each on a freshly made filesystem.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     passes: u32,
     /// Work scale (1.0 = the studies' sizes); default: the suite's.
     #[arg(long)]
@@ -40,7 +40,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Copies of each step run at once.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     jobs: u32,
     /// Loop image size (e.g. 20G); default: from the suite's needs.
     #[arg(long, value_parser = parse_size)]
@@ -105,6 +105,9 @@ pub struct RunArgs {
 
 pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     let opts = run_options(&a)?;
+    let outputs = [Some(a.json.as_path()), Some(opts.flames_dir.as_path())];
+    let more = [a.stacks.pprof.as_deref(), a.timeline.as_deref()];
+    crate::os::ensure_writable(outputs.into_iter().chain(more).flatten())?;
     let kernels = a.vm.guest_kernels(&a.dir)?;
     let outcome = match kernels.is_empty() {
         true => run::run(&opts),
@@ -178,9 +181,9 @@ fn run_options(a: &RunArgs) -> Result<RunOptions> {
         filesystems: a.fs.clone(),
         suite: a.suite,
         scale: a.scale,
-        passes: a.passes.max(1),
+        passes: a.passes,
         seed: a.seed,
-        jobs: a.jobs.max(1),
+        jobs: a.jobs,
         size: a.size,
         image_dir: a.dir.clone(),
         mkfs_opts: per_fs(&a.mkfs_opts)?,

@@ -122,6 +122,19 @@ pub fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
     for d in &a.devices {
         opts.probes.devices.push(lab::kernel_dev_of(d)?);
     }
+    let flames = opts.flames.as_ref().map(|f| f.dir.as_path());
+    let outputs = [
+        a.json.as_deref(),
+        a.timeline.as_deref(),
+        a.stacks.pprof.as_deref(),
+        flames,
+    ];
+    crate::os::ensure_writable(outputs.into_iter().flatten())?;
+    if let Some(pid) = a.pid
+        && !Path::new(&format!("/proc/{pid}")).exists()
+    {
+        bail!("no process with PID {pid}");
+    }
     if let Some(kind) = a.fs {
         crate::vm::check_fs_available(kind, &a.lab.dir)?;
     }

@@ -61,6 +61,25 @@ impl From<f64> for Value {
 
 pub type Row = Vec<Value>;
 
+/// SQLite's error in one line: a statement it could not prepare says why, not the whole
+/// statement (which is fsprof's, and spans lines). A store whose tables are not the
+/// ones fsprof made is damaged, and says so.
+fn sqlite_error(e: rusqlite::Error) -> anyhow::Error {
+    let why = match &e {
+        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
+        _ => e.to_string(),
+    };
+    let why = why.split_whitespace().collect::<Vec<_>>().join(" ");
+    match why.starts_with("no such column")
+        || why.starts_with("table ") && why.contains("has no column")
+    {
+        true => anyhow!(
+            "its tables are not the ones fsprof makes (damaged, or another program's): {why}"
+        ),
+        false => anyhow!("{why}"),
+    }
+}
+
 /// A connection to either database.
 pub enum Db {
     Sqlite(rusqlite::Connection),
@@ -104,7 +123,7 @@ impl Db {
     /// Statements without parameters, in one transaction-free batch.
     pub fn batch(&mut self, sql: &str) -> Result<()> {
         match self {
-            Db::Sqlite(c) => c.execute_batch(sql).map_err(|e| anyhow!("{e}")),
+            Db::Sqlite(c) => c.execute_batch(sql).map_err(sqlite_error),
             Db::Postgres(c) => c.batch_execute(sql).map_err(pg_error),
         }
     }
@@ -128,7 +147,7 @@ impl Db {
 
     pub fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
         match self {
-            Db::Sqlite(c) => sqlite_query(c, sql, params).map_err(|e| anyhow!("{e}")),
+            Db::Sqlite(c) => sqlite_query(c, sql, params).map_err(sqlite_error),
             Db::Postgres(c) => pg_query(c, sql, params).map_err(pg_error),
         }
     }

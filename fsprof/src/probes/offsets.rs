@@ -109,8 +109,8 @@ mod tests {
 
     #[test]
     fn offsets_of_running_kernel() {
-        if !Path::new(VMLINUX_BTF).exists() {
-            eprintln!("skipped: no {VMLINUX_BTF}");
+        let btf = Path::new(VMLINUX_BTF).exists();
+        if !crate::test_support::needs("offsets_of_running_kernel", VMLINUX_BTF, btf) {
             return;
         }
         let c = probe_config(Path::new(VMLINUX_BTF)).unwrap();

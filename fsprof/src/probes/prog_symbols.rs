@@ -159,7 +159,12 @@ fn functions(
         .map(|(i, name)| ProgFunc {
             start: ksyms[i],
             len: lens[i],
-            name: format!("bpf_prog_{}_{name}", hex(&tags[i])),
+            // The main function goes by the program's tag, as kallsyms lists it; the
+            // others by their own.
+            name: format!(
+                "bpf_prog_{}_{name}",
+                hex(if i == 0 { &counts.tag } else { &tags[i] })
+            ),
             prog_id: id,
         })
         .collect())

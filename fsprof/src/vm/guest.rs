@@ -325,6 +325,8 @@ const KVM_BOOT_LIMIT: Duration = Duration::from_secs(30);
 fn kvm_no_boot(how: &str) -> String {
     let why = if Path::new("/sys/module/kvm_pvm").exists() {
         "this host's KVM is PVM (module kvm_pvm), which boots only PVM-enabled guest kernels"
+    } else if !Path::new("/dev/kvm").exists() {
+        "this host has no /dev/kvm (no hardware virtualization here)"
     } else {
         "the guest kernel does not boot under this host's KVM"
     };

@@ -4,6 +4,8 @@
 //!   that call getppid 20 times each. Expected getppid total: 3*CHILDREN + 20*THREADS.
 //! - `spawner spin MILLIS [FILE]`: burns CPU in user space; then copies its own
 //!   /proc/self/schedstat (on-CPU ns, run-queue ns, timeslices) to FILE.
+//! - `spawner bpf-names FILE`: writes the BPF functions loaded now as fsprof names them
+//!   ("address length name" lines), then `--`, then /proc/kallsyms' `[bpf]` lines.
 use std::{
     hint::black_box,
     process::Command,
@@ -48,6 +50,19 @@ fn main() {
             for h in handles {
                 h.join().unwrap();
             }
+        }
+        Some("bpf-names") => {
+            let mut out = String::new();
+            for f in fsprof::probes::prog_symbols::loaded().unwrap() {
+                out.push_str(&format!("{:x} {} {}\n", f.start, f.len, f.name));
+            }
+            out.push_str("--\n");
+            let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+            for l in kallsyms.lines().filter(|l| l.ends_with("[bpf]")) {
+                out.push_str(l);
+                out.push('\n');
+            }
+            std::fs::write(&args[2], out).unwrap();
         }
         Some("spin") => {
             let ms: u64 = args[2].parse().unwrap();

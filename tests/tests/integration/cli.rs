@@ -27,6 +27,7 @@ pub fn json_output_has_schema_and_figures() {
     // The report goes to stderr; stdout belongs to the traced command.
     assert!(stderr.contains("syscalls, by total time") && stderr.contains("block I/O"));
     assert!(out.stdout.is_empty());
+    checked(&[&json]);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(&json).unwrap();
@@ -58,20 +59,103 @@ pub fn exit_status_is_the_commands() {
 fn one_line_error(args: &[&str], needle: &str) {
     let out = Command::new(fsprof_bin()).args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     let lines: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("fsprof: error"))
         .collect();
-    assert_eq!(lines.len(), 1, "{err}");
-    assert!(lines[0].contains(needle), "{err}");
+    assert_eq!(lines.len(), 1, "{args:?}: {err}");
+    assert!(
+        lines[0].contains(needle),
+        "{args:?}: {needle:?} not in {err}"
+    );
 }
 
+/// Bad input: one line that says what is wrong, status 2, and nothing written or run
+/// (these need no root: each is refused before anything is loaded or mounted).
 pub fn bad_input_gives_one_line_errors() {
-    one_line_error(
-        &["trace", "--fs", "zfs", "--", "true"],
-        "unknown filesystem \"zfs\"",
-    );
+    let dir = TempDir::new("bad-input");
+    let out = |name: &str| dir.0.join(name).display().to_string();
+    let json = out("r.json");
+    let gone = {
+        let mut c = Command::new("true").spawn().unwrap();
+        c.wait().unwrap();
+        c.id().to_string()
+    };
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["trace", "--fs", "zfs", "--", "true"],
+            "unknown filesystem \"zfs\"",
+        ),
+        (
+            vec!["run", "--step", "fill", "--json", &json],
+            "--step takes NAME=COMMAND",
+        ),
+        (
+            vec!["run", "--suite", "nosuch", "--json", &json],
+            "unknown suite \"nosuch\"",
+        ),
+        (
+            vec!["run", "--only", "nosuch", "--json", &json],
+            "step \"nosuch\" is not in suite quick",
+        ),
+        (
+            vec!["run", "--device", "/dev/fsprof-none", "--json", &json],
+            "/dev/fsprof-none",
+        ),
+        (
+            vec!["run", "--force", "--json", &json],
+            "not provided: --device <DEVICE> (usage: fsprof run",
+        ),
+        (
+            vec!["run", "--passes", "0", "--json", &json],
+            "'0' for '--passes",
+        ),
+        (
+            vec!["run", "--jobs", "0", "--json", &json],
+            "'0' for '--jobs",
+        ),
+        (
+            vec!["crash", "--fs", "ext4", "--trials", "0", "--json", &json],
+            "'0' for '--trials",
+        ),
+        (
+            vec!["run", "--json", "/proc/fsprof-results.json"],
+            "cannot write /proc/fsprof-results.json",
+        ),
+        (vec!["report", &json], "reading"),
+        (vec!["report", "/proc"], "/proc"),
+        (
+            vec!["compare", &json],
+            "not provided: <NEW> (usage: fsprof compare",
+        ),
+        (
+            vec!["run", "--kernel", "deb:no-such-kernel", "--json", &json],
+            "a Debian kernel package is linux-image-",
+        ),
+        (
+            vec!["trace", "-p", &gone, "--duration", "1"],
+            "no process with PID",
+        ),
+        (
+            vec!["trace", "--user-depth", "0", "--", "true"],
+            "0 is not in 1..=64",
+        ),
+        (
+            vec!["trace", "--pprof", "p", "--no-stacks", "--", "true"],
+            "cannot be used with '--no-stacks'",
+        ),
+        (vec!["check", &json], "reading"),
+    ];
+    for (args, needle) in cases {
+        one_line_error(&args, needle);
+        let left: Vec<_> = std::fs::read_dir(&dir.0)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "{args:?} wrote {left:?}");
+    }
 }
 
 pub fn missing_commands_and_filesystems_are_one_line_errors() {
@@ -286,6 +370,74 @@ pub fn list_agrees_with_the_kernel_and_the_path() {
     assert!(available >= 3, "{text}");
 }
 
+/// What a README command line must leave: every file it names (or writes by default) is
+/// there and, when it is an output of fsprof, passes `fsprof check`; and its words say
+/// what the command does (`said` is its stdout and stderr).
+fn produced_what_it_says(command: &str, said: &str, dir: &Path) {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let mut files: Vec<std::path::PathBuf> = words
+        .windows(2)
+        .filter(|w| {
+            [
+                "--json",
+                "--html",
+                "-o",
+                "--pprof",
+                "--timeline",
+                "--flames",
+            ]
+            .contains(&w[0])
+        })
+        .map(|w| dir.join(w[1]))
+        .collect();
+    let verb = words.get(1).copied().unwrap_or_default();
+    let default = match verb {
+        "run" => Some("fsprof-results.json"),
+        "crash" => Some("fsprof-crash.json"),
+        _ => None,
+    };
+    if let Some(d) = default.filter(|_| !words.contains(&"--json")) {
+        files.push(dir.join(d));
+    }
+    for f in &files {
+        let size = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
+        assert!(size > 0, "{command}: {} missing or empty", f.display());
+    }
+    // Outputs of fsprof (not compare's verdicts, nor pages and pictures) hold together.
+    let checkable: Vec<&Path> = files
+        .iter()
+        .filter(|f| {
+            verb != "compare"
+                && !["html", "svg"]
+                    .iter()
+                    .any(|e| f.extension() == Some(std::ffi::OsStr::new(e)))
+        })
+        .map(|f| f.as_path())
+        .collect();
+    if !checkable.is_empty() {
+        checked(&checkable);
+    }
+    let has = |w: &str| words.contains(&w);
+    let must = match verb {
+        "list" => "available",
+        "trace" => "fsprof trace: ",
+        "run" => "×",
+        "report" if has("--html") => "HTML report in",
+        "report" => "|---|",
+        "compare" => "fsprof compare: ",
+        "explain" => " took ",
+        "flame-diff" => "wrote diff.svg",
+        "history" if has("import") => "already recorded",
+        "history" if has("export") => "written to",
+        "history" if has("trend") => "wrote trend.html",
+        "history" => "runs",
+        "crash" => "per update",
+        "check" => "ok    time-classes-add-up",
+        _ => "",
+    };
+    assert!(said.contains(must), "{command}: {must:?} not said:\n{said}");
+}
+
 /// Every `fsprof` line of the README's "Using it" block runs as written, in order, in an
 /// empty directory with a history of its own: `run` lines at a tiny scale and one pass (the
 /// only change made to them), VM lines left to the `vm` tests (they boot emulated kernels
@@ -327,12 +479,13 @@ pub fn readme_commands_run_as_written() {
             .env(fsprof::history::HISTORY_ENV, dir.0.join("history.sqlite"))
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{command}: {}\n{}",
-            out.status,
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        assert!(out.status.success(), "{command}: {}\n{said}", out.status);
+        produced_what_it_says(&command, &said, &dir.0);
         ran += 1;
     }
     eprintln!("{ran} README command lines ran");

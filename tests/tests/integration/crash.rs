@@ -5,7 +5,7 @@
 
 use std::{
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use fsprof::{
@@ -118,7 +118,7 @@ pub fn cost_pass_counts_the_syncs_each_pattern_makes() {
         .output()
         .unwrap();
     assert_success(&out);
-    let s: CrashStudy = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let s: CrashStudy = load_study(&json);
     assert_eq!(s.costs.len(), 3);
     assert!(std::path::Path::new(&json.with_extension("csv")).exists());
     for c in &s.costs {
@@ -272,7 +272,7 @@ pub fn crash_studies_are_recorded_and_compared_with_their_past() {
         "{table}"
     );
     // The store's outcome rows are the file's counts.
-    let saved: CrashStudy = serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
+    let saved: CrashStudy = load_study(&a);
     let mut h =
         fsprof::history::History::open(fsprof::history::Location::Sqlite(history.clone())).unwrap();
     for o in Outcome::ALL {
@@ -332,19 +332,21 @@ pub fn sigint_mid_crash_study_leaves_nothing_and_a_partial_file() {
             .and_then(|t| serde_json::from_str::<CrashStudy>(&t).ok())
             .is_some_and(|s| s.cells.iter().any(|c| c.trials() > 0))
     };
-    let start = Instant::now();
-    while !trial_saved() && start.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_secs(1));
     let pid = child.id();
+    wait_until("a first trial saved", Duration::from_secs(120), trial_saved);
+    // The next trials mount their filesystems and wait out the commit interval.
+    wait_until(
+        "the next trials' filesystems mounted",
+        Duration::from_secs(60),
+        || mounts_of(pid) > 0,
+    );
     // SAFETY: our own child, not yet reaped.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + libc::SIGINT), "{err}");
     assert!(err.contains("interrupted"), "{err}");
-    let s: CrashStudy = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let s: CrashStudy = load_study(&json);
     assert!(!s.complete);
     assert!(s.cells.iter().any(|c| c.trials() > 0), "{s:#?}");
     assert_nothing_left_of(pid);

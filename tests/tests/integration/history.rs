@@ -11,7 +11,7 @@ use fsprof::{
     results::RunResult,
     workload::pgbench::PgServer,
 };
-use fsprof_tests::{TempDir, assert_success, fsprof_bin, small_crash_study};
+use fsprof_tests::{TempDir, assert_success, checked, fsprof_bin, load_run, small_crash_study};
 
 /// `fsprof ARGS`, its output.
 fn fsprof(args: &[&str]) -> Output {
@@ -73,21 +73,28 @@ pub fn runs_are_recorded_compared_with_their_past_and_trended() {
             "{err}"
         );
     }
-    // Not recorded when asked not to.
+    // Not recorded when asked not to, though the store is named.
     let out = run_writing(16, &json(3), Some(h), &[]);
     assert_success(&out);
-    let out = run_writing(1, &json(4), None, &["--no-history"]);
+    let out = run_writing(1, &json(4), Some(h), &["--no-history"]);
     assert_success(&out);
+    assert!(
+        !text(&out.stderr).contains("recorded as"),
+        "{}",
+        text(&out.stderr)
+    );
     let list = fsprof(&["history", "--history", h, "list"]);
     assert_success(&list);
     let listed = text(&list.stdout);
     assert!(listed.starts_with("4 runs"), "{listed}");
+    // What is stored equals the results stored with it.
+    checked(&[&db]);
     assert!(listed.contains("#3") && listed.contains("big"), "{listed}");
 
     // Every pass of every figure is in the store: the wall of each pass as in the files.
     let mut store = History::open(Location::Sqlite(db.clone())).unwrap();
     for i in 0..3 {
-        let r = RunResult::load(&json(i)).unwrap();
+        let r = load_run(&json(i));
         let walls: Vec<f64> = r.filesystems[0]
             .passes
             .iter()
@@ -171,10 +178,7 @@ pub fn runs_are_recorded_compared_with_their_past_and_trended() {
         "-o",
         back.to_str().unwrap(),
     ]));
-    let (orig, again) = (
-        RunResult::load(&json(0)).unwrap(),
-        RunResult::load(&back).unwrap(),
-    );
+    let (orig, again) = (load_run(&json(0)), load_run(&back));
     assert_eq!(orig.run_id, again.run_id);
     assert_eq!(
         serde_json::to_value(&orig).unwrap(),
@@ -190,7 +194,7 @@ pub fn runs_are_recorded_compared_with_their_past_and_trended() {
     let err = text(&out.stderr);
     let last = err.trim_end().lines().last().unwrap_or_default();
     assert!(last.contains("not a database"), "{err}");
-    assert!(RunResult::load(&json(5)).unwrap().complete);
+    assert!(load_run(&json(5)).complete);
 }
 
 /// A free TCP port on 127.0.0.1.
@@ -284,8 +288,7 @@ pub fn two_machines_record_into_one_postgres_without_showing_its_password() {
         .unwrap();
     assert_success(&crash);
     assert!(text(&crash.stderr).contains("recorded as crash study c1"));
-    let study: fsprof::results::crash::CrashStudy =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let study = fsprof_tests::load_study(&json);
     let new = fsprof::workload::crash::Outcome::New;
     let in_file = study.cells[0].outcomes.get(&new).copied().unwrap_or(0);
     assert_eq!(
@@ -293,6 +296,8 @@ pub fn two_machines_record_into_one_postgres_without_showing_its_password() {
         i64::from(in_file)
     );
     drop(shared);
+    // The server's rows equal the results stored with them (fsprof check by URL).
+    checked(&[Path::new(&url)]);
     drop(server);
 }
 
@@ -321,6 +326,19 @@ pub fn bad_stores_are_one_line_errors_and_the_results_stay() {
         "postgres://fsprof@127.0.0.1:1/x",
     );
     assert!(!err.contains("hush"), "{err}");
+    // A valid SQLite file whose tables are damaged: said in one line, by list and import.
+    let damaged = dir.0.join("damaged.sqlite");
+    drop(History::open(Location::Sqlite(damaged.clone())).unwrap());
+    let mut db = fsprof::history::sql::Db::open_sqlite(&damaged).unwrap();
+    db.batch(
+        "DROP TABLE fsprof_figures; DROP TABLE fsprof_runs; CREATE TABLE fsprof_runs (id INTEGER)",
+    )
+    .unwrap();
+    drop(db);
+    one_line(
+        &fsprof(&["history", "--history", damaged.to_str().unwrap(), "list"]),
+        "tables are not the ones fsprof makes",
+    );
     let empty = dir.0.join("empty.sqlite");
     one_line(
         &fsprof(&[

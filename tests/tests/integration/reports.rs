@@ -26,6 +26,7 @@ fn run(dir: &Path, tag: &str, fs: &str, passes: u32, steps: &[&str], extra: &[&s
     }
     let out = cmd.output().unwrap();
     assert_success(&out);
+    checked(&[&json]);
     json
 }
 
@@ -174,15 +175,28 @@ fn wall_row(json: &Path) -> (serde_json::Value, serde_json::Value) {
     (c, wall)
 }
 
-pub fn compare_flags_nothing_against_itself_and_an_injected_slowdown() {
+pub fn compare_flags_at_most_one_figure_of_a_rerun_and_an_injected_slowdown() {
     let dir = TempDir::new("compare");
-    let files = "for i in $(seq 200); do echo x > {mnt}/f$i; done";
-    let base = run(&dir.0, "base", "ext4", 3, &[&format!("files={files}")], &[]);
-    let same = fsprof(&["compare", s(&base), s(&base), "--fail-on-regression"]);
+    let files = "files=for i in $(seq 200); do echo x > {mnt}/f$i; done";
+    let base = run(&dir.0, "base", "ext4", 3, &[files], &[]);
+    // The same runs again: nothing changed, so at most one figure is flagged (each
+    // comparison flags any at all with probability ≤ 1 %, two far less).
+    let again = run(&dir.0, "again", "ext4", 3, &[files], &[]);
+    let same = fsprof(&["compare", s(&base), s(&again), "--fail-on-regression"]);
     let out = String::from_utf8_lossy(&same.stdout);
-    assert_eq!(same.status.code(), Some(0), "{out}");
-    assert!(out.contains("0 regressions, 0 improvements"), "{out}");
     assert!(out.contains("Benjamini–Hochberg q ≤ 0.01"), "{out}");
+    let count = |what: &str| -> u32 {
+        let at = out.find(what).unwrap_or_else(|| panic!("{what}: {out}"));
+        let before = out[..at].split_whitespace().last().unwrap_or_default();
+        before.parse().unwrap_or_else(|_| panic!("{what}: {out}"))
+    };
+    let (regressions, improvements) = (count(" regressions"), count(" improvements"));
+    assert!(regressions + improvements <= 1, "{out}");
+    assert_eq!(
+        same.status.code(),
+        Some(i32::from(regressions > 0)),
+        "{out}"
+    );
     // The same step forced to fsync every file.
     let slow = "files=for i in $(seq 200); do echo x > {mnt}/f$i; sync {mnt}/f$i; done";
     let new = run(&dir.0, "new", "ext4", 3, &[slow], &[]);
@@ -325,6 +339,7 @@ fn quick(dir: &Path, tag: &str, passes: u32, extra: &[&str]) -> PathBuf {
         .output()
         .unwrap();
     assert_success(&out);
+    checked(&[&json]);
     json
 }
 

@@ -45,7 +45,7 @@ impl Drop for Results {
     }
 }
 
-/// `fsprof run ARGS --json JSON` that must succeed; returns its stdout.
+/// `fsprof run ARGS --json JSON` that must succeed, its output checked; returns its stdout.
 fn run_to(json: &Path, args: &[&str]) -> String {
     let out = Command::new(fsprof_bin())
         .arg("run")
@@ -58,6 +58,7 @@ fn run_to(json: &Path, args: &[&str]) -> String {
     assert!(out.status.success(), "{stderr}");
     // Shown with a failing test's output: warnings (e.g. graphs not drawn) explain it.
     eprintln!("{stderr}");
+    checked(&[json]);
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -65,7 +66,7 @@ fn run_to(json: &Path, args: &[&str]) -> String {
 fn run_ok(tag: &str, args: &[&str]) -> (String, RunResult) {
     let json = tmp_json(tag);
     let stdout = run_to(&json, args);
-    let r = RunResult::load(&json).unwrap();
+    let r = load_run(&json);
     assert_no_invented_frames(&json.with_extension("flames"));
     (stdout, r)
 }
@@ -111,10 +112,34 @@ fn quick_steps_len() -> usize {
 }
 
 pub fn quick_suite_fills_every_cell() {
-    let (stdout, r) = run_ok(
-        "quick",
+    let json = tmp_json("quick");
+    let stdout = run_to(
+        &json,
         &["--fs", "ext4,xfs,btrfs", "--passes", "2", "--scale", "0.02"],
     );
+    let r = load_run(&json);
+    assert_no_invented_frames(&json.with_extension("flames"));
+    // The whole output through `fsprof check`, as a user would run it (CI's log shows it).
+    let check = Command::new(fsprof_bin())
+        .arg("check")
+        .arg(&*json)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    eprintln!("fsprof check {}:\n{said}", json.display());
+    assert_success(&check);
+    for must in [
+        "time-classes-add-up",
+        "off-cpu-stacks-equal-classes",
+        "folded-totals-match-stacks",
+        "kernel-frames-are-functions",
+    ] {
+        assert!(
+            said.lines()
+                .any(|l| l.starts_with("ok") && l.contains(must)),
+            "{must}: {said}"
+        );
+    }
     assert!(r.complete);
     // Every cell has stacks and flame graphs (folded per pass, SVGs per cell).
     assert_eq!(
@@ -403,7 +428,7 @@ pub fn sigint_mid_run_leaves_nothing_and_a_valid_partial_file() {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    let r = RunResult::load(&json).unwrap();
+    let r = load_run(&json);
     assert!(
         !r.complete && r.interrupted.is_some(),
         "{:?}",
@@ -428,6 +453,7 @@ pub fn devices_in_use_or_with_data_are_refused() {
     let json = tmp_json("guard");
     let ok = run_on(&["--scale", "0.005", "--json", json.to_str().unwrap()]);
     assert_success(&ok);
+    checked(&[&json]);
     // Now it carries the ext4 fsprof made: refused without --force.
     let refused = run_on(&[]);
     let err = String::from_utf8_lossy(&refused.stderr);
@@ -451,6 +477,8 @@ pub fn devices_in_use_or_with_data_are_refused() {
     let _ = Command::new("umount").arg(mnt).status();
     let _ = std::fs::remove_dir(mnt);
     let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("is mounted at"), "{err}");
 }
 
@@ -460,6 +488,7 @@ pub fn bad_names_are_one_line_errors() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("unknown filesystem \"zfs\"") && err.contains("known: ext2"),
@@ -475,6 +504,7 @@ pub fn missing_mkfs_tools_are_one_line_errors() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("mkfs.xfs not found") && err.contains("apt-get install xfsprogs"),
@@ -485,6 +515,8 @@ pub fn missing_mkfs_tools_are_one_line_errors() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("has no jfs filesystem driver"), "{err}");
 }
 
@@ -638,7 +670,7 @@ pub fn a_failed_cell_does_not_stop_the_study() {
     );
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("4 cells failed"), "{stderr}");
-    let r = RunResult::load(&json).unwrap();
+    let r = load_run(&json);
     assert!(r.complete, "{:?}", r.interrupted);
     let f = &r.filesystems[0];
     assert_eq!(f.passes.len(), 2, "both passes ran");
@@ -696,7 +728,7 @@ pub fn a_failed_cell_does_not_stop_the_study() {
         err.contains("step extract-tree failed on ext4 (pass 1)"),
         "{err}"
     );
-    let r = RunResult::load(&json).unwrap();
+    let r = load_run(&json);
     assert_eq!(r.filesystems[0].passes[0].steps.len(), 1);
 }
 
@@ -709,7 +741,7 @@ fn looked(tag: &str, fs: &str, args: &[&str], listing: &str) -> (Vec<String>, Ru
     all.extend_from_slice(args);
     let json = tmp_json(tag);
     run_to(&json, &all);
-    let r = RunResult::load(&json).unwrap();
+    let r = load_run(&json);
     let text = std::fs::read_to_string(&out).unwrap();
     let _ = std::fs::remove_file(&out);
     (text.lines().map(String::from).collect(), r)
@@ -962,7 +994,7 @@ pub fn quiesce_freezes_once_per_step_and_no_quiesce_never() {
             (want, want),
             "{flag:?}"
         );
-        let r = RunResult::load(&json).unwrap();
+        let r = load_run(&json);
         for s in &r.filesystems[0].passes[0].steps {
             assert_eq!(
                 s.trace.quiesce_ns.is_some(),

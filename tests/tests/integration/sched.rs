@@ -122,7 +122,13 @@ pub fn cpu_bound_loop_is_on_cpu() {
 pub fn running_process_is_followed_with_pid() {
     let bin = env!("CARGO_BIN_EXE_spawner");
     let mut child = Command::new(bin).args(["spin", "4000"]).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Spinning: it has run and is running.
+    let pid = child.id();
+    wait_until(
+        "the spinner running",
+        std::time::Duration::from_secs(30),
+        || schedstat(pid).0 > 0 && proc_state(pid) == Some('R'),
+    );
     let opts = fsprof::trace::TraceOptions {
         pid: Some(child.id()),
         duration: Some(std::time::Duration::from_secs(1)),
@@ -131,7 +137,7 @@ pub fn running_process_is_followed_with_pid() {
     let r = fsprof::trace::run(&opts);
     let _ = child.kill();
     let _ = child.wait();
-    let r = r.unwrap();
+    let r = checked_trace(r.unwrap());
     let on = r.profile.time.on_cpu.ns;
     let runnable = on + r.profile.time.run_queue.ns;
     // A spinning process never sleeps: observed for about a second it is on a CPU or
@@ -182,6 +188,7 @@ pub fn a_running_process_is_traced_from_the_command_line() {
     let after = schedstat(pid);
     drop(child);
     assert_success(&out);
+    checked(&[&json]);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let ns = |p: &str| v.pointer(p).and_then(|x| x.as_u64()).unwrap();
     let (on, rq, wall) = (

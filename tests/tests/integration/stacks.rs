@@ -68,6 +68,70 @@ pub fn cpu_bound_binary_hot_function_tops_on_cpu_graph() {
     );
 }
 
+/// fsprof's own programs as the README says: on-CPU samples inside them are one
+/// `[fsprof probes]` frame (a `dd bs=1` makes a syscall every microsecond or so, and its
+/// hooks take a tenth of its time), no frame is named by a symbol that does not hold it,
+/// and a BPF function is named as the kernel names it in /proc/kallsyms, at its address.
+pub fn own_programs_are_one_frame_and_named_as_the_kernel_names_them() {
+    let out = TempDir::new("own-frames");
+    let dd = argv(&[
+        "dd",
+        "if=/dev/zero",
+        "of=/dev/null",
+        "bs=1",
+        "count=1000000",
+        "status=none",
+    ]);
+    let r = trace_with_stacks(dd, None, None, &out.0);
+    let on = read_folded(Path::new(&r.flames["on-cpu.folded"]));
+    let ours: u64 = on
+        .iter()
+        .filter(|(k, _)| k.contains("[fsprof probes]"))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(ours > 0, "no sample in fsprof's programs: {on:#?}");
+    for k in on.keys() {
+        assert!(!k.contains("_einittext") && !k.contains("bpf_prog_"), "{k}");
+    }
+    // While its programs are loaded, the traced spawner lists them both ways.
+    let names = out.0.join("names");
+    let bin = env!("CARGO_BIN_EXE_spawner");
+    trace(argv(&[bin, "bpf-names", names.to_str().unwrap()]), None);
+    let text = std::fs::read_to_string(&names).unwrap();
+    let (ours, kernels) = text.split_once("--\n").unwrap();
+    let ours: std::collections::BTreeMap<u64, (u64, &str)> = ours
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (
+                u64::from_str_radix(f[0], 16).unwrap(),
+                (f[1].parse().unwrap(), f[2]),
+            )
+        })
+        .collect();
+    let mut matched = 0;
+    for l in kernels.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let addr = u64::from_str_radix(f[0], 16).unwrap();
+        if !f[2].starts_with("bpf_prog_") {
+            continue; // trampolines and dispatchers are not programs
+        }
+        let (len, name) = ours.get(&addr).unwrap_or_else(|| panic!("{l}: not listed"));
+        assert_eq!(*name, f[2], "{l}");
+        assert!(*len > 0, "{l}");
+        matched += 1;
+    }
+    assert!(
+        ours.values().any(|(_, n)| n.ends_with("_sys_enter")),
+        "{ours:?}"
+    );
+    assert!(
+        matched >= ours.len() / 2 && matched > 5,
+        "{matched} of {}",
+        ours.len()
+    );
+}
+
 /// Both ways of taking off-CPU stacks: sampled (the default: a stack per millisecond of
 /// short waits, unwound at switch-in, which leaves out scheduler functions) and one at
 /// every switch-out (period 0). Totals are exact either way.
@@ -353,6 +417,7 @@ pub fn run_graphs_are_xml_named_by_cell_and_self_diff_is_neutral() {
         .output()
         .unwrap();
     assert_success(&st);
+    checked(&[&json, &pprof]);
     // --pprof: each pass's profiles beside its step, named as its folded files.
     for fs in ["ext4", "xfs"] {
         let p = pprof.join(format!("write/{fs}-pass1.off-cpu.pb.gz"));
