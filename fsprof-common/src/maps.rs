@@ -332,13 +332,18 @@ pub struct TaskState {
     /// When fsprof began to follow the thread: its time classes add up to the time from
     /// here to its exit (`Counter::FollowedNs`) or to the end of the trace.
     pub followed_at: u64,
+    /// Its on-CPU time so far (the time classes' on-CPU, closed intervals), and that time
+    /// as it stood at its last on-CPU sample, plus one (0: no sample yet): a sample weighs
+    /// the difference, so the samples add up to the on-CPU class.
+    pub on_cpu_ns: u64,
+    pub sampled_on: u64,
 }
 
 /// `TaskState::exec_in` of an interval whose start fsprof did not see in the kernel.
 pub const EXEC_UNKNOWN: u64 = u64::MAX;
 
 // Shared with userspace as plain bytes (aya::Pod): no implicit padding.
-const _: () = assert!(core::mem::size_of::<TaskState>() == 280);
+const _: () = assert!(core::mem::size_of::<TaskState>() == 296);
 
 /// The followed thread running on a CPU (a per-CPU array of one), set at every switch-in:
 /// the syscall programs, which run for every syscall of every thread, find it without a

@@ -10,9 +10,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use fsprof_common::{
-    COUNTERS, Counter, CpuKey, DenseHist, FOLLOW_HINT_SHARED, FOLLOW_HINT_SLOTS, HistKey, HistKind,
-    LOST_KINDS, Lost, MAX_DENSE_ROWS, MAX_HIST_ENTRIES, MAX_TASKS, NO_ROW, OnCpuTask, PROGRAMS,
-    ProbeConfig, Program, TaskState, follow_hint_join, follow_hint_slot,
+    COUNTERS, Counter, CpuKey, DenseHist, EXEC_UNKNOWN, FOLLOW_HINT_SHARED, FOLLOW_HINT_SLOTS,
+    HistKey, HistKind, LOST_KINDS, Lost, MAX_DENSE_ROWS, MAX_HIST_ENTRIES, MAX_TASKS, NO_ROW,
+    OnCpuTask, PROGRAMS, ProbeConfig, Program, TaskState, follow_hint_join, follow_hint_slot,
     hist::{BUCKETS, bucket_of},
 };
 
@@ -377,4 +377,33 @@ pub fn btf_task_tid(task: *const u8) -> u32 {
 #[inline(always)]
 pub fn task_tid(task: u64) -> Option<u32> {
     read_kernel::<i32>(task, conf!(task_pid)).map(|p| p as u32)
+}
+
+/// CPU time the scheduler charged `t` since `exec_in`, at most `span`; None when
+/// `exec_in` is not known.
+#[inline(always)]
+pub unsafe fn charged(t: *const TaskState, exec: u64, span: u64) -> Option<u64> {
+    let from = unsafe { (*t).exec_in };
+    (from != EXEC_UNKNOWN).then(|| exec.saturating_sub(from).min(span))
+}
+
+/// The on-CPU time of `t`, running now (`now`, its `se.sum_exec_runtime` `exec`), up to
+/// now: its closed intervals and what the open one (or one whose switch-in went untraced)
+/// holds so far, split as its close will split it.
+#[inline(always)]
+pub unsafe fn on_cpu_so_far(t: *const TaskState, now: u64, exec: u64) -> u64 {
+    unsafe {
+        let since = if (*t).on_since != 0 {
+            (*t).on_since
+        } else {
+            (*t).off_since
+        };
+        let span = now.saturating_sub(since);
+        let open = match ((*t).on_since, since) {
+            (_, 0) => 0,
+            (0, _) => charged(t, exec, span).unwrap_or(0),
+            _ => charged(t, exec, span).unwrap_or(span),
+        };
+        (*t).on_cpu_ns + open
+    }
 }

@@ -16,9 +16,9 @@ use fsprof_common::{
 
 use crate::{
     common::{
-        btf_read, btf_task_tid, conf, count, count_n, current_tgid, current_tid, follow, followed,
-        hist_add_row_global, lost, now, on_cpu, ran, read_kernel, row_at, run_here, task_tid,
-        unfollow,
+        btf_read, btf_task_tid, charged, conf, count, count_n, current_tgid, current_tid, follow,
+        followed, hist_add_row_global, lost, now, on_cpu, ran, read_kernel, row_at, run_here,
+        task_tid, unfollow,
     },
     offcpu,
     stacks::{SLOT_SCHED, capture, capture_user, capture_waker},
@@ -64,19 +64,12 @@ unsafe fn close_on_cpu(t: *mut TaskState, ts: u64, exec: u64) {
         let wall = ts.saturating_sub((*t).on_since);
         let ran = charged(t, exec, wall).unwrap_or(wall);
         add_time(TimeClass::OnCpu as u32, ran);
+        (*t).on_cpu_ns += ran;
         if wall > ran {
             add_time(TimeClass::Steal as u32, wall - ran);
         }
         (*t).on_since = 0;
     }
-}
-
-/// CPU time the scheduler charged `t` since `exec_in`, at most `span`; None when
-/// `exec_in` is not known.
-#[inline(always)]
-unsafe fn charged(t: *const TaskState, exec: u64, span: u64) -> Option<u64> {
-    let from = unsafe { (*t).exec_in };
-    (from != EXEC_UNKNOWN).then(|| exec.saturating_sub(from).min(span))
 }
 
 /// A switch-out of `t` at `ts` whose switch-in was never traced: the kernel runs some
@@ -96,6 +89,7 @@ unsafe fn switch_in_unseen(t: *mut TaskState, ts: u64, exec: u64) {
             offcpu::defer(t, class, ns);
         }
         add_time(TimeClass::OnCpu as u32, ran);
+        (*t).on_cpu_ns += ran;
     }
 }
 

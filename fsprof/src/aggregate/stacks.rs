@@ -153,8 +153,8 @@ pub struct StackSummary {
     /// The sampling period (the weight of a thread's first sample).
     pub sample_period_ns: u64,
     pub on_cpu_samples: u64,
-    /// The samples' weights (the CPU time charged since the thread's previous sample): an
-    /// estimate of the target's on-CPU time.
+    /// The samples' weights (each its thread's on-CPU time since the thread's previous
+    /// sample): the target's on-CPU time but for each thread's head and tail.
     pub on_cpu_sampled_ns: u64,
     /// Off-CPU time in stacks, exact: equals the off-CPU time classes.
     pub off_cpu_ns: u64,

@@ -164,14 +164,12 @@ fn stacks(c: &mut Checks, item: &str, t: &TraceResult, s: &StackSummary) {
     c.holds(KERNEL_FRAMES, item, ok);
 }
 
-/// Each sample weighs the CPU time the scheduler charged its thread since the thread's
-/// last one, a first sample one period. So per thread the weights miss the CPU time before
-/// its first sample and after its last, and add one period. A thread that runs in bursts
-/// shorter than a period is hit at random: each of the two is then about exponential with
-/// a period's mean, and their sum exceeds 13 periods with probability 14·e⁻¹³ ≈ 3·10⁻⁵. A
-/// thread running throughout is hit every period, each under one. A sample reads the
-/// charge as the scheduler last updated it, up to a tick behind (10 ms at HZ=100), so the
-/// first sample may also stand up to a tick before the CPU time it starts from.
+/// Each sample weighs its thread's on-CPU time (as the time classes count it) since the
+/// thread's last sample, a first sample one period. So per thread the weights miss the
+/// on-CPU time before its first sample and after its last, and add one period. A thread
+/// that runs in bursts shorter than a period is hit at random: each of the two is then about
+/// exponential with a period's mean, and their sum exceeds 13 periods with probability
+/// 14·e⁻¹³ ≈ 3·10⁻⁵. A thread running throughout is hit every period, each under one.
 fn on_cpu_samples(c: &mut Checks, item: &str, t: &TraceResult, s: &StackSummary) {
     if s.on_cpu_samples == 0 {
         return c.skip(ON_CPU_SAMPLES, "no on-CPU samples");
@@ -179,9 +177,8 @@ fn on_cpu_samples(c: &mut Checks, item: &str, t: &TraceResult, s: &StackSummary)
     let time = &t.profile.time;
     let threads = t.profile.tasks_exited + time.open_threads;
     let (weights, on_cpu) = (s.on_cpu_sampled_ns, time.on_cpu.ns);
-    const TICK_NS: u64 = 10_000_000;
     let per_thread = match weights > on_cpu {
-        true => s.sample_period_ns + TICK_NS,
+        true => s.sample_period_ns,
         false => 13 * s.sample_period_ns,
     };
     c.agree(

@@ -73,10 +73,14 @@ pub fn runs_are_recorded_compared_with_their_past_and_trended() {
             "{err}"
         );
     }
-    // Not recorded when asked not to, though the store is named.
+    // Not recorded when asked not to, though the store is named (by the variable: the
+    // flags exclude each other).
     let out = run_writing(16, &json(3), Some(h), &[]);
     assert_success(&out);
-    let out = run_writing(1, &json(4), Some(h), &["--no-history"]);
+    let out = run_writing_cmd(1, &json(4), None, &["--no-history"])
+        .env(fsprof::history::HISTORY_ENV, h)
+        .output()
+        .unwrap();
     assert_success(&out);
     assert!(
         !text(&out.stderr).contains("recorded as"),

@@ -297,20 +297,13 @@ pub fn compare_flags_at_most_one_figure_of_a_rerun_and_an_injected_slowdown() {
         "opts",
         "ext4",
         3,
-        &[&format!("files={files}")],
+        &[files],
         &["--mount-opts", "ext4:noatime"],
     );
     let cmp = fsprof(&["compare", s(&base), s(&opts)]);
     assert!(String::from_utf8_lossy(&cmp.stdout).contains("note: filesystem options differ"));
     // A different workload is refused in one line.
-    let other = run(
-        &dir.0,
-        "other",
-        "ext4",
-        1,
-        &[&format!("files={files}")],
-        &["--scale", "0.5"],
-    );
+    let other = run(&dir.0, "other", "ext4", 1, &[files], &["--scale", "0.5"]);
     let bad = fsprof(&["compare", s(&base), s(&other)]);
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(bad.status.code(), Some(2), "{err}");
