@@ -280,9 +280,14 @@ impl VmArgs {
                 "--kernel host with other kernels: bare-metal and VM times do not compare; run the host on its own"
             );
         }
+        if host || self.kernel.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Kernels are fetched and unpacked there, and booted from there.
+        let kernels = crate::lab::workdir::WorkDir::secure(dir)?.subdir("kernels")?;
         let mut out = Vec::new();
         for spec in &self.kernel {
-            out.extend(spec.resolve(&dir.join("kernels"))?);
+            out.extend(spec.resolve(&kernels.path)?);
         }
         Ok(out)
     }

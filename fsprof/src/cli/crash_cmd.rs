@@ -84,6 +84,7 @@ pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
     };
     crash::validate(&opts)?;
     crate::os::ensure_writable([a.json.as_path()])?;
+    crate::lab::workdir::WorkDir::secure(&a.lab.dir)?;
     let mut last: Option<CrashStudy> = None;
     let outcome = crash::study(
         &opts,

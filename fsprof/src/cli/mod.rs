@@ -110,7 +110,7 @@ fn list(vm: &args::VmArgs, dir: &std::path::Path) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     // The guest's own `fsprof list` answers for its kernel and modules.
-    std::fs::create_dir_all(dir)?;
+    lab::workdir::WorkDir::secure(dir)?;
     let (share, _) = vm::guest::scratch_paths(dir);
     let me = std::env::current_exe()?;
     let script = format!(

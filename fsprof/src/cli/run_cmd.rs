@@ -108,6 +108,7 @@ pub fn run_cmd(a: RunArgs) -> Result<ExitCode> {
     let outputs = [Some(a.json.as_path()), Some(opts.flames_dir.as_path())];
     let more = [a.stacks.pprof.as_deref(), a.timeline.as_deref()];
     crate::os::ensure_writable(outputs.into_iter().chain(more).flatten())?;
+    lab::workdir::WorkDir::secure(&a.dir)?;
     let kernels = a.vm.guest_kernels(&a.dir)?;
     let outcome = match kernels.is_empty() {
         true => run::run(&opts),
@@ -188,8 +189,10 @@ fn run_options(a: &RunArgs) -> Result<RunOptions> {
         image_dir: a.dir.clone(),
         mkfs_opts: per_fs(&a.mkfs_opts)?,
         mount_opts: per_fs(&a.mount_opts)?,
-        device: a.device.clone(),
-        force: a.force,
+        // Checked now, on one open of the path: the run uses the kernel's node it names.
+        device: (a.device.as_deref())
+            .map(|d| lab::device::check_user_device(d, a.force))
+            .transpose()?,
         results: a.json.clone(),
         drop_caches: !a.no_drop_caches,
         stacks: a.stacks.options(),

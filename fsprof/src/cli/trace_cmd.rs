@@ -136,6 +136,7 @@ pub fn trace_cmd(a: TraceArgs) -> Result<ExitCode> {
         bail!("no process with PID {pid}");
     }
     if let Some(kind) = a.fs {
+        lab::workdir::WorkDir::secure(&a.lab.dir)?;
         crate::vm::check_fs_available(kind, &a.lab.dir)?;
     }
     let result = match a.fs {

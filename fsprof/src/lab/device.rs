@@ -1,18 +1,48 @@
 //! A user-named block device: used only when it is not mounted, not held by anything and
 //! carries no filesystem or partition signature, unless the user forces it.
 
-use std::{fs, path::Path, process::Command};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context, Result, bail};
 
-use super::{kernel_dev_of, mountinfo};
+use super::mountinfo;
 use fsprof_common::kdev;
 
 /// Refuses `dev` with one line saying why, unless `force` (which still refuses a mounted
-/// or held device: that would corrupt live data, not just old data).
-pub fn check_user_device(dev: &Path, force: bool) -> Result<()> {
-    let dev_t = kernel_dev_of(dev)?;
-    let (major, minor) = kdev::split(dev_t);
+/// or held device: that would corrupt live data, not just old data). The user's path is
+/// opened once (exclusively: EBUSY while anyone holds it so) and everything is checked on
+/// that descriptor's device; what fsprof formats afterwards is the kernel's own node of
+/// that device (/dev/NAME, which only root can change), returned, never the path again.
+pub fn check_user_device(dev: &Path, force: bool) -> Result<PathBuf> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        dev,
+        OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(std::io::Error::from)
+    .with_context(|| {
+        format!(
+            "{} cannot be opened exclusively (in use, or missing)",
+            dev.display()
+        )
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(std::io::Error::from)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::BlockDevice {
+        bail!("{} is not a block device", dev.display());
+    }
+    let (major, minor) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+    let node = kernel_node(major, minor, st.st_rdev).with_context(|| {
+        format!(
+            "{}: the kernel's node of device {major}:{minor}",
+            dev.display()
+        )
+    })?;
+    let dev_t = kdev::make(major, minor);
     if let Some(m) = mountinfo::read().into_iter().find(|m| m.dev == dev_t) {
         bail!(
             "{} is mounted at {}: refusing to use it",
@@ -30,22 +60,31 @@ pub fn check_user_device(dev: &Path, force: bool) -> Result<()> {
             dev.display()
         );
     }
-    // O_EXCL on a block device fails with EBUSY while anyone has it open exclusively.
-    use rustix::fs::{Mode, OFlags};
-    if let Err(e) = rustix::fs::open(dev, OFlags::RDONLY | OFlags::EXCL, Mode::empty()) {
-        bail!(
-            "{} is in use ({}): refusing it",
-            dev.display(),
-            std::io::Error::from(e)
-        );
-    }
-    if !force && let Some(sig) = signature(dev)? {
+    if !force && let Some(sig) = signature(&node)? {
         bail!(
             "{} carries a {sig} signature (it may hold data): add --force to overwrite it",
             dev.display()
         );
     }
-    Ok(())
+    Ok(node)
+}
+
+/// /dev/NAME of device `major:minor` (its uevent's DEVNAME), when it is that device's node
+/// itself, not a link.
+fn kernel_node(major: u32, minor: u32, rdev: u64) -> Result<PathBuf> {
+    let uevent = fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))?;
+    let name = uevent
+        .lines()
+        .find_map(|l| l.strip_prefix("DEVNAME="))
+        .context("no DEVNAME in its uevent")?;
+    let node = Path::new("/dev").join(name);
+    let st = rustix::fs::lstat(&node).map_err(std::io::Error::from)?;
+    let block =
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice;
+    if !block || st.st_rdev != rdev || st.st_uid != 0 {
+        bail!("{} is not root's node of it", node.display());
+    }
+    Ok(node)
 }
 
 /// The filesystem or partition-table type blkid finds on `dev`, if any.

@@ -9,6 +9,7 @@ pub mod loopdev;
 pub mod mount;
 pub mod mountinfo;
 pub mod quiesce;
+pub mod workdir;
 
 use std::{
     path::{Path, PathBuf},
@@ -88,7 +89,7 @@ impl LabFs {
             Some(dev) => Backing::User(dev.clone()),
             None => {
                 let image = Image::create(&opts.image_dir, &tag, opts.size)?;
-                let device = LoopDevice::attach(&image.path)?;
+                let device = LoopDevice::attach(&image)?;
                 Backing::Loop { device, image }
             }
         };
@@ -134,6 +135,7 @@ impl LabFs {
             Backing::Loop { device, .. } => device.path.clone(),
             Backing::User(p) => p.clone(),
         };
+        workdir::WorkDir::secure(Path::new(MOUNT_ROOT))?;
         let target = Path::new(MOUNT_ROOT).join(format!(
             "{}{}-{tag}",
             loopdev::IMAGE_PREFIX,

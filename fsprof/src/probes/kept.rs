@@ -88,7 +88,7 @@ impl Kept {
         let Some(dir) = self.path.parent() else {
             return;
         };
-        if std::fs::create_dir_all(dir).is_err() {
+        if crate::lab::workdir::WorkDir::secure(dir).is_err() {
             return;
         }
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {

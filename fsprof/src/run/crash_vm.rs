@@ -113,7 +113,7 @@ pub fn study(
             );
         }
     }
-    fs::create_dir_all(&opts.lab.image_dir)?;
+    crate::lab::workdir::WorkDir::secure(&opts.lab.image_dir)?;
     let (share, disk) = guest::scratch_paths(&opts.lab.image_dir);
     let scratch = Scratch {
         disks: (0..opts.patterns.len())

@@ -256,8 +256,8 @@ fn run_into(
     let mut ctx = opts.suite.ctx(scale, opts.seed, opts.jobs);
     ctx.src = opts.image_dir.join("sources");
     let size = opts.size.unwrap_or_else(|| opts.suite.image_size(&ctx));
-    fs::create_dir_all(&opts.image_dir)
-        .with_context(|| format!("creating {}", opts.image_dir.display()))?;
+    // The guest's disk, its copy of fsprof and its share go there.
+    crate::lab::workdir::WorkDir::secure(&opts.image_dir)?;
     let (share, disk) = guest::scratch_paths(&opts.image_dir);
     let scratch = Scratch { share, disk };
     // Made natively here and shared: under an emulated CPU making a kernel-sized tree

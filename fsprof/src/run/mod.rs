@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 
 use crate::results::{self, FsRun, PassRun, RUN_SCHEMA_VERSION, RunResult, StepRun};
 use crate::{
-    lab::{self, FsKind, LabFs, LabOptions, device},
+    lab::{self, FsKind, LabFs, LabOptions},
     probes::StackOptions,
     signals,
     suite::Suite,
@@ -79,8 +79,9 @@ pub struct RunOptions {
     /// Per filesystem; `None` key = all filesystems.
     pub mkfs_opts: Vec<(Option<FsKind>, String)>,
     pub mount_opts: Vec<(Option<FsKind>, String)>,
+    /// A real block device to format instead of loop images: the kernel's node, checked
+    /// (`lab::device::check_user_device`).
     pub device: Option<PathBuf>,
-    pub force: bool,
     /// Written after every step (valid, partial until `complete`).
     pub results: PathBuf,
     /// Drop caches before each step (default on, as the studies rebooted or remounted).
@@ -209,9 +210,6 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
     crate::probes::check_environment()?;
     for &kind in &opts.filesystems {
         crate::vm::check_fs_available(kind, &opts.image_dir)?;
-    }
-    if let Some(dev) = &opts.device {
-        device::check_user_device(dev, opts.force)?;
     }
     let scale = opts.scale.unwrap_or(opts.suite.default_scale);
     let mut ctx = opts.suite.ctx(scale, opts.seed, opts.jobs);

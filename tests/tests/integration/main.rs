@@ -8,6 +8,7 @@ mod crash;
 mod history;
 mod overhead;
 mod reports;
+mod root;
 mod run;
 mod sched;
 mod stacks;
@@ -61,6 +62,9 @@ fn main() {
         root reports::a_busier_machine_is_named_not_flagged,
         root reports::explain_names_io_wait_and_the_write_path_of_direct_io,
         root reports::broken_results_give_one_line_errors,
+        root root::a_users_directory_of_decoy_links_is_refused,
+        root root::work_directories_others_control_are_refused,
+        root root::an_image_swapped_for_a_link_before_attach_is_harmless,
         root run::quick_suite_fills_every_cell,
         root run::workloads_write_exactly_their_specs,
         root run::capacity_matches_df,

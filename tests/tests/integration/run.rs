@@ -440,7 +440,7 @@ pub fn sigint_mid_run_leaves_nothing_and_a_valid_partial_file() {
 
 pub fn devices_in_use_or_with_data_are_refused() {
     let image = Image::create(Path::new("/var/tmp/fsprof-tests"), "guard", 256 << 20).unwrap();
-    let dev = LoopDevice::attach(&image.path).unwrap();
+    let dev = LoopDevice::attach(&image).unwrap();
     let run_on = |extra: &[&str]| {
         Command::new(fsprof_bin())
             .args(["run", "--fs", "ext4", "--passes", "1", "--device"])
