@@ -281,8 +281,12 @@ unsafe fn switch_in(
 pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
     ran(Program::SchedWaking);
     if let Some(t) = followed(btf_task_tid(ctx.arg::<*const u8>(0))) {
-        let ts = now();
         unsafe {
+            // The wakeup may run on another CPU while the thread's own switch-out is still
+            // being traced (its waker waits for it to leave the CPU only after this
+            // tracepoint): a clock read before that switch-out's must not start a phase
+            // before it, or the time between is counted twice (480 ns once in CI).
+            let ts = now().max((*t).off_since);
             if (*t).off_since != 0 && (*t).off_class != TimeClass::RunQueue as u32 {
                 if let Some((class, ns)) = close_phase(t, ts)
                     && conf!(stacks) != 0

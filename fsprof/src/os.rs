@@ -110,6 +110,12 @@ pub fn schedstat(tid: u32) -> Option<[u64; 3]> {
     Some([f.next()??, f.next()??, f.next()??])
 }
 
+/// The state letter of thread `tid` (R, S, D, …: /proc/TID/stat's third field).
+pub fn task_state(tid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    s[s.rfind(')')? + 2..].chars().next()
+}
+
 /// Field `n` (1-based, as in proc(5)) of /proc/PID/stat.
 pub fn stat_field(pid: u32, n: usize) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -137,7 +143,7 @@ pub fn process_started(pid: u32) -> Option<std::time::SystemTime> {
 /// The machine's CPU time so far from /proc/stat's `cpu` line, ns: (user + nice of every
 /// process, steal). The kernel keeps it in USER_HZ ticks (10 ms), so it is fine over a run of
 /// many cells, coarse over one short cell.
-pub fn machine_cpu() -> Option<(u64, u64)> {
+pub fn machine_cpu() -> Option<MachineCpu> {
     let s = std::fs::read_to_string("/proc/stat").ok()?;
     let line = s.lines().find(|l| l.starts_with("cpu "))?;
     let f: Vec<u64> = line
@@ -148,7 +154,20 @@ pub fn machine_cpu() -> Option<(u64, u64)> {
     let hz = rustix::param::clock_ticks_per_second().max(1);
     let ns = |ticks: u64| ticks * (1_000_000_000 / hz);
     // user nice system idle iowait irq softirq steal …
-    Some((ns(f.first()? + f.get(1)?), ns(*f.get(7)?)))
+    Some(MachineCpu {
+        user: ns(f.first()? + f.get(1)?),
+        system: ns(f.get(2)? + f.get(5)? + f.get(6)?),
+        steal: ns(*f.get(7)?),
+    })
+}
+
+/// The whole machine's CPU time so far, ns: in user mode, in the kernel (system, irq,
+/// softirq), stolen by the hypervisor.
+#[derive(Clone, Copy, Debug)]
+pub struct MachineCpu {
+    pub user: u64,
+    pub system: u64,
+    pub steal: u64,
 }
 
 /// The machine's name (/proc/sys/kernel/hostname).

@@ -268,7 +268,7 @@ pub fn process_tree_threads(pid: u32) -> Result<Vec<(u32, char)>> {
         else {
             continue;
         };
-        if let Some(ppid) = crate::os::stat_field(p, 3) {
+        if let Some(ppid) = crate::os::stat_field(p, 4) {
             children.entry(ppid as u32).or_default().push(p);
         }
     }

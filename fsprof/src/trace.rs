@@ -232,36 +232,53 @@ pub struct TraceResult {
     pub timeline: Option<TimelineSummary>,
 }
 
-/// The whole machine's CPU time while the target ran (/proc/stat, 10 ms ticks): user time of
-/// every process, the target's included and the servers it also follows (pgbench's
-/// PostgreSQL) left out, and time the hypervisor stole. `compare` takes the target's own user
-/// time off to see whether the machine was as quiet on both sides.
+/// The whole machine's CPU time while the target ran (/proc/stat, 10 ms ticks): user and
+/// system time of every process and kernel thread, the target's included and the servers
+/// it also follows (pgbench's PostgreSQL) left out, and time the hypervisor stole. `compare`
+/// takes the target's own time off to see whether the machine was as quiet on both sides.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MachineLoad {
     pub user_ns: u64,
     pub steal_ns: u64,
+    /// System, irq and softirq time; null in files of fsprof versions that did not keep it.
+    #[serde(default)]
+    pub system_ns: Option<u64>,
 }
 
 impl MachineLoad {
-    /// The machine's figures since `before`, the followed servers' user time (`servers`
-    /// ns then) left out.
-    fn since(before: Option<(u64, u64)>, servers: u64, also: &[u32]) -> Option<MachineLoad> {
-        let ((u0, s0), (u1, s1)) = (before?, os::machine_cpu()?);
-        let served = followed_user_ns(also).saturating_sub(servers);
+    /// The machine's figures since `before`, the followed servers' time (`servers` ns of
+    /// user and system then) left out.
+    fn since(
+        before: Option<os::MachineCpu>,
+        servers: (u64, u64),
+        also: &[u32],
+    ) -> Option<MachineLoad> {
+        let (b, a) = (before?, os::machine_cpu()?);
+        let now = followed_cpu_ns(also);
+        let served = (
+            now.0.saturating_sub(servers.0),
+            now.1.saturating_sub(servers.1),
+        );
         Some(MachineLoad {
-            user_ns: u1.saturating_sub(u0).saturating_sub(served),
-            steal_ns: s1.saturating_sub(s0),
+            user_ns: a.user.saturating_sub(b.user).saturating_sub(served.0),
+            steal_ns: a.steal.saturating_sub(b.steal),
+            system_ns: Some(a.system.saturating_sub(b.system).saturating_sub(served.1)),
         })
     }
 }
 
-/// User time of processes followed beside the command (a step's server) so far, ns.
-fn followed_user_ns(pids: &[u32]) -> u64 {
+/// User and system time of processes followed beside the command (a step's server) so
+/// far, ns.
+fn followed_cpu_ns(pids: &[u32]) -> (u64, u64) {
     pids.iter()
         .filter_map(|&p| target::process_cpu(p))
-        .map(|(user, _)| ns(user))
-        .sum()
+        .map(|(user, sys)| (ns(user), ns(sys)))
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
+
+/// Syscalls that wait for children: a parent's time in them is its children's, counted
+/// already in theirs.
+pub const WAIT_FOR_CHILD: &[&str] = &["wait4", "waitid", "waitpid"];
 
 impl TraceResult {
     pub fn cpu_percent(&self) -> f64 {
@@ -269,6 +286,29 @@ impl TraceResult {
             return 0.0;
         }
         100.0 * (self.user_ns + self.sys_ns) as f64 / self.wall_ns as f64
+    }
+
+    /// Time a parent slept waiting for its children (in wait4 and its kind): at most the
+    /// sleep class.
+    pub fn waiting_for_children_ns(&self) -> u64 {
+        let p = &self.profile;
+        let waiting: u64 = (p.syscalls.iter())
+            .filter(|s| WAIT_FOR_CHILD.contains(&s.name.as_str()))
+            .map(|s| s.total_ns)
+            .sum();
+        waiting.min(p.time.sleep.ns)
+    }
+
+    /// The time classes as "where the time mostly went" reads them, everywhere it is said
+    /// (summary, HTML, CSV, explain): a parent's sleep waiting for its children is the
+    /// children's time, not a class of the step's.
+    pub fn own_classes(&self) -> [(&'static str, u64); fsprof_common::TIME_CLASSES as usize] {
+        let waiting = self.waiting_for_children_ns();
+        let sleep = crate::aggregate::time_label(fsprof_common::TimeClass::Sleep);
+        self.profile
+            .time
+            .labeled()
+            .map(|(l, ns)| (l, if l == sleep { ns - waiting } else { ns }))
     }
 }
 
@@ -471,7 +511,7 @@ fn watch_running(
         thread::sleep(Duration::from_millis(50));
     }
     result.wall_ns = ns(start.elapsed());
-    result.machine = MachineLoad::since(machine, 0, &[]);
+    result.machine = MachineLoad::since(machine, (0, 0), &[]);
     if let (Some((u0, s0)), Some((u1, s1))) = (before, target::process_cpu(pid)) {
         result.user_ns = ns(u1.saturating_sub(u0));
         result.sys_ns = ns(s1.saturating_sub(s0));
@@ -495,7 +535,7 @@ fn run_command(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResul
     let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
     let pid = held.pid();
     probes.follow(pid, false)?;
-    let (machine, servers) = (os::machine_cpu(), followed_user_ns(&opts.also_follow));
+    let (machine, servers) = (os::machine_cpu(), followed_cpu_ns(&opts.also_follow));
     let exit = held.run()?;
     result.machine = MachineLoad::since(machine, servers, &opts.also_follow);
     probes.await_final_switch(pid);
@@ -521,7 +561,23 @@ fn finish(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResult) ->
     let (profile, open) = aggregate::collect(probes)?;
     result.profile = profile;
     probes.laps.lap("collect");
-    let stacks = stacks::collect(probes, &open, opts.device_name.as_deref())?;
+    let watched = (result.profile.fs_events.iter()).flat_map(|f| &f.watched);
+    let fs_types: Vec<String> = (watched.clone())
+        .map(|w| w.fstype.clone())
+        .filter(|t| !t.is_empty())
+        .collect();
+    // Outside a lab the block figures are of every disk: keep the target's filesystems'.
+    if opts.device_name.is_none() {
+        let sources: Vec<String> = watched.map(|w| w.source.clone()).collect();
+        let rows = std::mem::take(&mut result.profile.block);
+        (result.profile.block, result.profile.other_block) =
+            aggregate::block::split_by_disk(rows, &sources);
+    }
+    let bg = stacks::Background {
+        dev_name: opts.device_name.as_deref(),
+        fs_types: &fs_types,
+    };
+    let stacks = stacks::collect(probes, &open, bg)?;
     if let Some(st) = &stacks {
         finish_stacks(result, st, opts.flames.as_ref())?;
     }

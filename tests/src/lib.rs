@@ -209,6 +209,66 @@ pub fn mounts_of(pid: u32) -> usize {
     mounts.lines().filter(|l| l.contains(&me)).count()
 }
 
+/// A neighbour busy in the kernel beside a test's target: a fresh ext4 lab filesystem
+/// written and synced in a loop (its loop device, its journal, writeback), stopped and
+/// taken down when dropped, also when the test fails.
+pub struct Neighbour {
+    shell: std::process::Child,
+    pub fs: LabFs,
+}
+
+impl Neighbour {
+    pub fn start() -> Neighbour {
+        let fs = lab(FsKind::Ext4, 512 << 20, "");
+        let f = fs.mountpoint().join("f");
+        let script = format!(
+            "while :; do dd if=/dev/zero of={} bs=1M count=32 conv=fsync status=none; done",
+            f.display()
+        );
+        let shell = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+        let n = Neighbour { shell, fs };
+        // Busy: its device has moved data.
+        let first = sysfs_block_stat(n.fs.device_path());
+        wait_until(
+            "the neighbour writing",
+            std::time::Duration::from_secs(30),
+            || sysfs_block_stat(n.fs.device_path())[6] > first[6],
+        );
+        n
+    }
+
+    /// The neighbour's device as block rows name it ("major:minor").
+    pub fn dev(&self) -> String {
+        let (ma, mi) = fsprof_common::kdev::split(self.fs.kernel_dev().unwrap());
+        format!("{ma}:{mi}")
+    }
+
+    /// The loop, then its dd (named by the mount point), before the filesystem goes.
+    fn stop(&mut self) {
+        let _ = self.shell.kill();
+        let _ = self.shell.wait();
+        let m = self.fs.mountpoint().display().to_string();
+        let _ = Command::new("pkill").args(["-KILL", "-f", &m]).status();
+        let running = || {
+            Command::new("pgrep")
+                .args(["-f", &m])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        wait_until(
+            "the neighbour's dd gone",
+            std::time::Duration::from_secs(30),
+            || !running(),
+        );
+    }
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// Fails with the command's stderr unless it exited 0.
 pub fn assert_success(out: &std::process::Output) {
     assert!(

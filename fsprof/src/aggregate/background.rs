@@ -74,6 +74,45 @@ pub fn classify(comm: &str, kernel: &[String], dev: Option<&str>) -> Option<Stri
     Some(format!("{base} (fs frames)"))
 }
 
+/// The filesystem whose work a background stack of `group` is (by its thread and its
+/// frames), as mountinfo names its type: None for work of no one filesystem (the block
+/// layer, a loop device, writeback with no filesystem's frame).
+pub fn family(group: &str, kernel: &[String]) -> Option<&'static str> {
+    const FRAMES: &[(&str, &str)] = &[
+        ("xfs_", "xfs"),
+        ("xlog_", "xfs"),
+        ("ext4_", "ext4"),
+        ("jbd2_", "ext4"),
+        ("btrfs_", "btrfs"),
+        ("fuse_", "fuse"),
+        ("f2fs_", "f2fs"),
+        ("jfs_", "jfs"),
+        ("reiserfs_", "reiserfs"),
+        ("nilfs_", "nilfs2"),
+    ];
+    let by_group = FRAMES
+        .iter()
+        .find(|(p, _)| group.starts_with(&p[..p.len() - 1]));
+    let by_frame =
+        || (kernel.iter().rev()).find_map(|f| FRAMES.iter().find(|(p, _)| f.starts_with(p)));
+    by_group.or_else(by_frame).map(|(_, fs)| *fs)
+}
+
+/// Whether a background stack belongs to a trace whose target used filesystems of
+/// `types` (mountinfo's names; empty: not known, all count): work for another filesystem
+/// is another process's (a neighbour's writeback is not the target's).
+pub fn for_target(group: &str, kernel: &[String], types: &[String]) -> bool {
+    let same = |t: &str, fs: &str| {
+        t == fs
+            || (fs == "ext4" && (t == "ext2" || t == "ext3"))
+            || (fs == "fuse" && t.starts_with("fuse"))
+    };
+    match family(group, kernel) {
+        Some(fs) if !types.is_empty() => types.iter().any(|t| same(t, fs)),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +171,29 @@ mod tests {
             classify("kworker/u8:1", &wb, None).as_deref(),
             Some("writeback")
         );
+    }
+
+    #[test]
+    fn work_for_another_filesystem_is_not_the_targets() {
+        let k = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ext4_wb = k(&[
+            "ret_from_fork",
+            "process_one_work",
+            "wb_workfn",
+            "ext4_writepages",
+        ]);
+        let xfs = vec!["xfs".to_string()];
+        assert_eq!(family("writeback", &ext4_wb), Some("ext4"));
+        assert!(!for_target("writeback", &ext4_wb, &xfs));
+        assert!(for_target("xfs-inodegc", &k(&["xfs_inodegc_worker"]), &xfs));
+        assert!(!for_target("jbd2", &k(&["kjournald2"]), &xfs));
+        // Work of no one filesystem, or no filesystem known: it counts.
+        assert!(for_target("loop", &k(&["loop_process_work"]), &xfs));
+        assert!(for_target("writeback", &ext4_wb, &[]));
+        assert!(for_target(
+            "ext4",
+            &k(&["ext4_end_io"]),
+            &["ext3".to_string()]
+        ));
     }
 }

@@ -157,3 +157,31 @@ pub(crate) fn dev_name(major: u32, minor: u32) -> String {
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_default()
 }
+
+/// The disk ("major:minor") a block device node is on: itself, or a partition's disk.
+fn disk_of(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.file_type().is_block_device() {
+        return None;
+    }
+    let rdev = std::os::unix::fs::MetadataExt::rdev(&meta);
+    let (ma, mi) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    let sys = std::path::PathBuf::from(format!("/sys/dev/block/{ma}:{mi}"));
+    if !sys.join("partition").exists() {
+        return Some(format!("{ma}:{mi}"));
+    }
+    crate::os::read_trimmed(sys.join("../dev"))
+}
+
+/// Splits `rows` into the target's and the rest: the target's are on the disks that hold
+/// the filesystems it used (`sources`: mountinfo's device paths); with none known, all are.
+pub fn split_by_disk(rows: Vec<BlockRow>, sources: &[String]) -> (Vec<BlockRow>, Vec<BlockRow>) {
+    let disks: Vec<String> = (sources.iter())
+        .filter_map(|s| disk_of(std::path::Path::new(s)))
+        .collect();
+    if disks.is_empty() {
+        return (rows, Vec::new());
+    }
+    rows.into_iter().partition(|r| disks.contains(&r.dev))
+}

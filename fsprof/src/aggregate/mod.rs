@@ -36,8 +36,13 @@ pub struct Profile {
     pub syscalls: Vec<SyscallRow>,
     /// Thread-time of the target by scheduler state, in ns summed over its threads.
     pub time: TimeSplit,
-    /// One row per (device, class) with traffic.
+    /// One row per (device, class) with traffic: the target's devices (a lab's, or outside
+    /// one the devices of the filesystems the target used).
     pub block: Vec<BlockRow>,
+    /// Outside a lab: the rows of devices that hold none of the filesystems the target used
+    /// (other processes' I/O, shown apart, in no figure of the target's).
+    #[serde(default)]
+    pub other_block: Vec<BlockRow>,
     /// Non-zero loss counters by name; empty when nothing was lost.
     pub lost: BTreeMap<String, u64>,
     pub tasks_forked: u64,

@@ -201,7 +201,16 @@ pub(super) fn open_intervals(
             let wall = now.saturating_sub(t.on_since);
             let ran = charged(wall);
             split.on_cpu.ns += ran;
-            split.steal.ns += wall - ran;
+            // Stolen only if it still holds a CPU: a thread whose switch-out the kernel did
+            // not trace (PID 1's on these VMs) has been off-CPU since, in the state /proc
+            // shows.
+            let class = match crate::os::task_state(tid) {
+                Some('R') | None => TimeClass::Steal,
+                Some('S' | 'I') => TimeClass::Sleep,
+                Some('D') => TimeClass::Uninterruptible,
+                Some(_) => TimeClass::Other,
+            };
+            split.class_mut(class).ns += wall - ran;
         }
         if t.off_since != 0 {
             let class = TimeClass::ALL

@@ -509,8 +509,6 @@ pub struct OpenInterval {
     pub at: u64,
 }
 
-/// Reads and symbolizes every stack weight. `dev_name` (e.g. "loop0") narrows the
-/// background threads that carry a device in their name (jbd2/loop0-8) to that device.
 /// Weight (ns, count) per (stack, class), the open intervals added.
 fn read_weights(
     ebpf: &aya::Ebpf,
@@ -567,14 +565,17 @@ fn read_wakes(ebpf: &aya::Ebpf) -> Result<Vec<(WakeKey, u64, u64)>> {
     Ok(wakes.into_iter().map(|(k, (ns, n))| (k, ns, n)).collect())
 }
 
+/// Where background work belongs: the lab's device (per-device threads: jbd2/loop0-8) and
+/// the types of the filesystems the target used (another filesystem's work is not its).
+#[derive(Clone, Copy, Default)]
+pub struct Background<'a> {
+    pub dev_name: Option<&'a str>,
+    pub fs_types: &'a [String],
+}
+
 /// Files a resolved stack as the target's, background work (a kernel thread's for the
 /// filesystem, or a userspace daemon's: FUSE), or unattributed background time.
-fn place(
-    stacks: &mut Stacks,
-    mut s: WeightedStack,
-    who: Option<&Resolved>,
-    dev_name: Option<&str>,
-) {
+fn place(stacks: &mut Stacks, mut s: WeightedStack, who: Option<&Resolved>, bg: Background) {
     let ns = s.ns;
     let class = s.class;
     // A userspace daemon's samples (FUSE) are background work by who it is.
@@ -583,7 +584,9 @@ fn place(
         s.group = Some(format!("fs daemon ({})", s.comm));
         stacks.background.push(s);
     } else if class == STACK_CLASS_BACKGROUND {
-        match background::classify(&s.comm, &s.kernel, dev_name) {
+        let group = background::classify(&s.comm, &s.kernel, bg.dev_name)
+            .filter(|g| background::for_target(g, &s.kernel, bg.fs_types));
+        match group {
             Some(g) => {
                 s.group = Some(g);
                 stacks.background.push(s);
@@ -595,11 +598,7 @@ fn place(
     }
 }
 
-pub fn collect(
-    probes: &Probes,
-    open: &[OpenInterval],
-    dev_name: Option<&str>,
-) -> Result<Option<Stacks>> {
+pub fn collect(probes: &Probes, open: &[OpenInterval], bg: Background) -> Result<Option<Stacks>> {
     let Some(period) = probes.sample_period_ns else {
         return Ok(None);
     };
@@ -626,7 +625,7 @@ pub fn collect(
             if !on_cpu && who.is_some() {
                 off_cpu.push((id, s.clone()));
             }
-            place(&mut stacks, s, who.as_ref(), dev_name);
+            place(&mut stacks, s, who.as_ref(), bg);
         }
         for (k, ns, count) in wakes {
             let blocked = captured.resolve(syms, k.blocked, false);

@@ -201,12 +201,12 @@ impl<'a> Cell<'a> {
         self.med(|s| s.trace.wall_ns)
     }
     /// (label, median ns) of the target's time classes and the kernel's background work.
+    /// The time classes as `TraceResult::own_classes` gives them (a parent's wait for its
+    /// children left out), medians of the passes, "other" left out.
     fn classes(&self) -> Vec<(&'static str, u64)> {
-        TIME_LABELS
-            .iter()
-            .filter(|(c, _)| *c != TimeClass::Other)
-            .map(|&(c, l)| (l, self.med(|s| s.trace.profile.time.class(c).ns)))
-            .collect()
+        let other = crate::aggregate::time_label(TimeClass::Other);
+        let labels = TIME_LABELS.iter().map(|&(_, l)| l).filter(|&l| l != other);
+        labels.map(|l| (l, self.med(|s| own(s, l)))).collect()
     }
     fn background(&self) -> u64 {
         self.med(|s| s.trace.background.as_ref().map(|b| b.ns).unwrap_or(0))
@@ -249,15 +249,9 @@ impl<'a> Cell<'a> {
             })
             .collect()
     }
-    /// Sleep in do_wait (a shell waiting for its command), per pass, ns.
+    /// A parent's sleep waiting for its children (wait4 and its kind), median of passes.
     fn waiting_for_children(&self) -> u64 {
-        let Some(f) = &self.off else { return 0 };
-        let us: u64 = f
-            .iter()
-            .filter(|(k, _)| k.contains(";[sleep];") && k.contains("do_wait"))
-            .map(|(_, w)| w)
-            .sum();
-        us * 1000 / self.runs.len().max(1) as u64
+        self.med(|s| s.trace.waiting_for_children_ns())
     }
 
     fn paths(&self, off: bool) -> BTreeMap<(String, String), u64> {
@@ -323,7 +317,11 @@ fn top_paths(c: &Cell, off: bool, n: usize) -> Vec<String> {
     let mut v: Vec<((String, String), u64)> = c
         .paths(off)
         .into_iter()
-        .filter(|((_, p), _)| !WAIT_FOR_CHILD.iter().any(|w| p.starts_with(w)))
+        .filter(|((_, p), _)| {
+            !crate::trace::WAIT_FOR_CHILD
+                .iter()
+                .any(|w| p.starts_with(w))
+        })
         .collect();
     v.sort_by_key(|(_, w)| std::cmp::Reverse(*w));
     v.into_iter()
@@ -331,9 +329,6 @@ fn top_paths(c: &Cell, off: bool, n: usize) -> Vec<String> {
         .map(|((class, path), us)| format!("{} {class} in {path}", seconds(us * 1000)))
         .collect()
 }
-
-/// Syscalls that wait for children: their time is the children's, counted already.
-const WAIT_FOR_CHILD: &[&str] = &["wait4", "waitid", "waitpid"];
 
 fn one(c: &Cell, step: &str) -> Vec<String> {
     let mut out = vec![wall_sentence(c, step), classes_sentence(c)];
@@ -385,9 +380,6 @@ fn wall_sentence(c: &Cell, step: &str) -> String {
 fn classes_sentence(c: &Cell) -> String {
     let mut classes = c.classes();
     let waiting = c.waiting_for_children();
-    if let Some(s) = classes.iter_mut().find(|(l, _)| *l == "sleep") {
-        s.1 = s.1.saturating_sub(waiting);
-    }
     classes.sort_by_key(|(_, ns)| std::cmp::Reverse(*ns));
     let total: u64 = classes.iter().map(|(_, ns)| ns).sum();
     let parts: Vec<String> = classes
@@ -409,12 +401,21 @@ fn classes_sentence(c: &Cell) -> String {
     )
 }
 
+/// Class `label`'s time in `s`, as `own_classes` gives it.
+fn own(s: &StepRun, label: &str) -> u64 {
+    s.trace
+        .own_classes()
+        .iter()
+        .find(|(l, _)| *l == label)
+        .map_or(0, |c| c.1)
+}
+
 /// The three syscalls with the most time (waits for children left out).
 fn syscalls_sentence(c: &Cell) -> Option<String> {
     let mut sc: Vec<(String, (u64, u64))> = c
         .syscalls()
         .into_iter()
-        .filter(|(n, _)| !WAIT_FOR_CHILD.contains(&n.as_str()))
+        .filter(|(n, _)| !crate::trace::WAIT_FOR_CHILD.contains(&n.as_str()))
         .collect();
     sc.sort_by_key(|(_, (_, t))| std::cmp::Reverse(*t));
     let calls: Vec<String> = sc

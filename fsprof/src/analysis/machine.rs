@@ -3,8 +3,11 @@
 //! between one run and the next; its run-queue time then moves in cells of every filesystem,
 //! and so does the time its filesystem's kernel threads wait for one; the verdict rule, which
 //! sees only the spread of each side's passes, would flag that as the filesystem's. The
-//! measure is independent of the workload: the CPU time every other process spent in user
-//! mode and the time stolen, from /proc/stat around each cell (docs/design.md, "Verdicts").
+//! measure is independent of the workload: the CPU time every other process and kernel
+//! thread spent (user and system, the filesystem's own kernel threads and fsprof's programs
+//! left out) and the time stolen, from /proc/stat around each cell (docs/design.md,
+//! "Verdicts"). A neighbour busy in the kernel (a loop device under constant I/O) shows in
+//! system time, which the check once left out.
 
 use serde::Serialize;
 
@@ -15,8 +18,9 @@ pub const DIFFERS_CPUS: f64 = 0.1;
 
 #[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct MachineCheck {
-    /// CPUs that other processes kept busy in user mode, plus CPUs stolen by the
-    /// hypervisor, averaged over the wall time of the compared cells: base side.
+    /// CPUs that other processes and kernel threads kept busy (user and system time, the
+    /// filesystem's own kernel threads left out), plus CPUs stolen by the hypervisor,
+    /// averaged over the wall time of the compared cells: base side.
     pub base_cpus: f64,
     pub new_cpus: f64,
     /// |new_cpus − base_cpus| ≥ `threshold_cpus` beyond the tick resolution of each side.
@@ -32,14 +36,26 @@ pub struct MachineCheck {
 /// Over a 14 ms cell that is worth 1.4 CPUs: CI once saw a 3-pass cell of 14 ms "differ".
 const PASS_RESOLUTION_NS: f64 = 20e6;
 
-/// Other processes' user CPU plus steal, over wall, of these passes, and how many CPUs that
-/// may be off by (`PASS_RESOLUTION_NS` per pass); None when one of them has no record of the
-/// machine (results of an fsprof before it kept one).
+/// CPU time of the machine that was not the target's, in one pass: other processes' user
+/// and system time, kernel threads' but for the filesystem's background work, fsprof's own
+/// programs left out too, and steal.
+fn others_ns(s: &StepRun) -> Option<u64> {
+    let (m, t) = (s.trace.machine?, &s.trace);
+    let user = m.user_ns.saturating_sub(t.user_ns);
+    let own_kernel = t.sys_ns
+        + t.background.as_ref().map_or(0, |b| b.ns)
+        + t.profile.probe_cost.as_ref().map_or(0, |c| c.run_ns);
+    let system = m.system_ns.map_or(0, |sys| sys.saturating_sub(own_kernel));
+    Some(user + system + m.steal_ns)
+}
+
+/// Other processes' and kernel threads' CPU plus steal, over wall, of these passes, and
+/// how many CPUs that may be off by (`PASS_RESOLUTION_NS` per pass); None when one of them
+/// has no record of the machine (results of an fsprof before it kept one).
 fn load<'a>(passes: impl Iterator<Item = &'a StepRun>) -> Option<(f64, f64)> {
     let (mut other, mut wall, mut n) = (0u64, 0u64, 0u32);
     for s in passes {
-        let m = s.trace.machine?;
-        other += m.user_ns.saturating_sub(s.trace.user_ns) + m.steal_ns;
+        other += others_ns(s)?;
         wall += s.trace.wall_ns;
         n += 1;
     }
@@ -72,7 +88,7 @@ impl MachineCheck {
     /// The note of a comparison whose machine differed.
     pub fn describe(&self) -> String {
         format!(
-            "the machine differed: other processes and the hypervisor took {:.2} CPUs during the base runs, {:.2} during the new ones (≥ {:.2} apart); {} flag{} of times that include waiting set aside as inconclusive (they may be the machine's; user, sys and kernel bg CPU time keep theirs): compare runs made on equally quiet machines",
+            "the machine differed: other processes, kernel threads and the hypervisor took {:.2} CPUs during the base runs, {:.2} during the new ones (≥ {:.2} apart); {} flag{} of times that include waiting set aside as inconclusive (they may be the machine's; user, sys and kernel bg CPU time keep theirs): compare runs made on equally quiet machines",
             self.base_cpus,
             self.new_cpus,
             self.threshold_cpus,

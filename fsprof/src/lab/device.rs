@@ -19,18 +19,9 @@ use fsprof_common::kdev;
 /// that device (/dev/NAME, which only root can change), returned, never the path again.
 pub fn check_user_device(dev: &Path, force: bool) -> Result<PathBuf> {
     use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::open(
-        dev,
-        OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(std::io::Error::from)
-    .with_context(|| {
-        format!(
-            "{} cannot be opened exclusively (in use, or missing)",
-            dev.display()
-        )
-    })?;
+    let fd = rustix::fs::open(dev, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("opening {}", dev.display()))?;
     let st = rustix::fs::fstat(&fd).map_err(std::io::Error::from)?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::BlockDevice {
         bail!("{} is not a block device", dev.display());
@@ -59,6 +50,14 @@ pub fn check_user_device(dev: &Path, force: bool) -> Result<PathBuf> {
             "{} is in use (held by device-mapper, md or another device): refusing it",
             dev.display()
         );
+    }
+    // O_EXCL on a block device fails with EBUSY while anyone has it open exclusively;
+    // opened again through this descriptor, not the user's path.
+    let again = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+    let flags = OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC;
+    if let Err(e) = rustix::fs::open(again.as_str(), flags, Mode::empty()) {
+        let e = std::io::Error::from(e);
+        bail!("{} is in use ({e}): refusing it", dev.display());
     }
     if !force && let Some(sig) = signature(&node)? {
         bail!(

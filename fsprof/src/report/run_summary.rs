@@ -35,7 +35,7 @@ pub struct SummaryRow {
 
 /// Thread time by class, in the order of the scheduler split.
 fn classes(s: &StepRun) -> [(&'static str, u64); TIME_CLASSES as usize] {
-    s.trace.profile.time.labeled()
+    s.trace.own_classes()
 }
 
 /// Bytes the step's syscalls moved, and bytes its block I/O moved.
@@ -146,7 +146,8 @@ pub fn render(r: &RunResult) -> String {
     let _ = writeln!(
         o,
         "time and CPU: median of {passes} pass{}; mostly: the largest share of the target's \
-         thread time\nper-pass rows and every time class: --verbose",
+         thread time (a parent's wait for its children left out)\nper-pass rows and every \
+         time class: --verbose",
         if passes == 1 { "" } else { "es" }
     );
     if rows.iter().any(|s| s.page_cache) {

@@ -72,21 +72,23 @@ fn render_header(o: &mut String, r: &TraceResult) {
         r.cpu_percent()
     );
     let t = &r.profile.time;
+    // Shares of the threads' own summed time (which the classes add up to), so that many
+    // threads never read as thousands of percent of the wall.
+    let (whole, of) = match t.followed_ns {
+        0 => (r.wall_ns, "wall"),
+        f => (f, "their time"),
+    };
     let mut parts = Vec::new();
     for (class, label) in TIME_LABELS {
         let ns = t.class(class).ns;
         if ns > 0 || matches!(class, TimeClass::OnCpu | TimeClass::IoWait) {
-            parts.push(format!(
-                "{label} {} ({})",
-                seconds(ns),
-                percent(ns, r.wall_ns)
-            ));
+            parts.push(format!("{label} {} ({})", seconds(ns), percent(ns, whole)));
         }
     }
-    let tasks = r.profile.tasks_forked + u64::from(r.pid.is_none());
+    let tasks = r.profile.tasks_exited + t.open_threads;
     let _ = writeln!(
         o,
-        "  time of the target's threads{} (% of wall): {}",
+        "  time of the target's threads{} (% of {of}): {}",
         if tasks > 1 {
             format!(", summed over {tasks} tasks")
         } else {
@@ -188,6 +190,24 @@ fn render_block(o: &mut String, r: &TraceResult) {
                 b.name, b.class, b.issued, b.unseen, b.in_flight
             );
         }
+    }
+    let others: Vec<String> = (r.profile.other_block.iter())
+        .map(|b| {
+            format!(
+                "{} {} {} requests {}",
+                b.name,
+                b.class,
+                b.completions,
+                bytes(b.bytes)
+            )
+        })
+        .collect();
+    if !others.is_empty() {
+        let _ = writeln!(
+            o,
+            "  other processes (devices of no filesystem the target used, not above): {}",
+            others.join(", ")
+        );
     }
 }
 

@@ -3,6 +3,7 @@
 //! run without it; `cargo xtask test` runs them as root, one at a time.
 
 mod block;
+mod busy;
 mod cli;
 mod crash;
 mod history;
@@ -30,6 +31,9 @@ macro_rules! tests {
 fn main() {
     let all = tests![
         root block::loop_device_bytes_equal_sysfs_stat,
+        root busy::trace_shows_a_neighbours_device_apart,
+        root busy::another_filesystems_background_work_is_not_the_targets,
+        root busy::trace_p_follows_the_busy_child_it_is_given,
         user cli::bad_input_gives_one_line_errors,
         root cli::missing_commands_and_filesystems_are_one_line_errors,
         root cli::json_output_has_schema_and_figures,

@@ -190,6 +190,23 @@ pub fn two_kernel_run_fills_jfs_and_reiserfs_cells_and_compares_by_kernel() {
             // The tree went through the guest's block layer to the virtio disk.
             let written = fsprof_tests::block_bytes(t, "write");
             assert!(written > 1 << 20, "{}: {written} B written", f.column());
+            // Only the workload is the target: no thread of fsprof's (the guest's heartbeat
+            // once slept through every step, half of each cell's time), so the split is
+            // the host's, where extracting a tree hardly sleeps.
+            let time = &t.profile.time;
+            assert!(
+                time.sleep.ns * 20 <= time.followed_ns,
+                "{}: sleep {} of {} ns",
+                f.column(),
+                time.sleep.ns,
+                time.followed_ns
+            );
+            assert_eq!(
+                t.profile.tasks_exited + time.open_threads,
+                1,
+                "{}",
+                f.column()
+            );
             for path in t.flames.values() {
                 assert!(Path::new(path).is_file(), "per-pass stacks {path}");
             }
