@@ -210,8 +210,8 @@ pub fn mounts_of(pid: u32) -> usize {
 }
 
 /// A neighbour busy in the kernel beside a test's target: a fresh ext4 lab filesystem
-/// written and synced in a loop (its loop device, its journal, writeback), stopped and
-/// taken down when dropped, also when the test fails.
+/// written in a loop (its page cache, its loop device, its journal, writeback), stopped
+/// and taken down when dropped, also when the test fails.
 pub struct Neighbour {
     shell: std::process::Child,
     pub fs: LabFs,
@@ -221,8 +221,10 @@ impl Neighbour {
     pub fn start() -> Neighbour {
         let fs = lab(FsKind::Ext4, 512 << 20, "");
         let f = fs.mountpoint().join("f");
+        // Small buffered writes: most of its time is its own system time (copies into the
+        // page cache), the rest its filesystem's writeback through the loop device.
         let script = format!(
-            "while :; do dd if=/dev/zero of={} bs=1M count=32 conv=fsync status=none; done",
+            "while :; do dd if=/dev/zero of={} bs=4k count=20000 status=none; done",
             f.display()
         );
         let shell = Command::new("sh").args(["-c", &script]).spawn().unwrap();
