@@ -161,6 +161,24 @@ pub fn machine_cpu() -> Option<MachineCpu> {
     })
 }
 
+/// Bytes read and written so far on the machine's whole disks but `exclude` (kernel
+/// names), from /proc/diskstats (sectors of 512 bytes).
+pub fn disk_bytes(exclude: &[String]) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/diskstats").ok()?;
+    let mut bytes = 0;
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let Some(&name) = f.get(2) else { continue };
+        let whole = Path::new("/sys/block").join(name).exists();
+        if !whole || exclude.iter().any(|e| e == name) {
+            continue;
+        }
+        let sectors = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        bytes += (sectors(5) + sectors(9)) * 512;
+    }
+    Some(bytes)
+}
+
 /// The whole machine's CPU time so far, ns: in user mode, in the kernel (system, irq,
 /// softirq), stolen by the hypervisor.
 #[derive(Clone, Copy, Debug)]

@@ -31,6 +31,9 @@ pub struct TraceOptions {
     pub cwd: Option<PathBuf>,
     /// Follow this running process tree instead of starting a command.
     pub pid: Option<u32>,
+    /// The disks that are the lab's (its device, the disk holding its image): the machine
+    /// check counts the others' traffic.
+    pub own_disks: Vec<String>,
     /// With a command: also follow these running process trees (a server the command
     /// talks to, e.g. PostgreSQL under pgbench).
     pub also_follow: Vec<u32>,
@@ -83,6 +86,7 @@ impl TraceOptions {
         };
         self.probes.background_pids = labfs.daemon_pid().into_iter().collect();
         self.device_name = Some(labfs.device_name());
+        self.own_disks = labfs.own_disks();
         Ok(())
     }
 }
@@ -243,26 +247,50 @@ pub struct MachineLoad {
     /// System, irq and softirq time; null in files of fsprof versions that did not keep it.
     #[serde(default)]
     pub system_ns: Option<u64>,
+    /// In a lab: bytes read and written on the machine's other disks (not the lab's
+    /// device, nor the disk holding its image), from /proc/diskstats; null outside one.
+    #[serde(default)]
+    pub other_disk_bytes: Option<u64>,
+}
+
+/// The machine's figures when the target started.
+struct MachineBefore {
+    cpu: Option<os::MachineCpu>,
+    disks: Option<u64>,
+    /// The followed servers' user and system time then, ns.
+    servers: (u64, u64),
+}
+
+impl MachineBefore {
+    fn now(opts: &TraceOptions) -> MachineBefore {
+        MachineBefore {
+            cpu: os::machine_cpu(),
+            disks: other_disks(opts),
+            servers: followed_cpu_ns(&opts.also_follow),
+        }
+    }
+}
+
+/// Bytes moved so far on the disks that are not the lab's (none outside a lab).
+fn other_disks(opts: &TraceOptions) -> Option<u64> {
+    (!opts.own_disks.is_empty()).then(|| os::disk_bytes(&opts.own_disks))?
 }
 
 impl MachineLoad {
-    /// The machine's figures since `before`, the followed servers' time (`servers` ns of
-    /// user and system then) left out.
-    fn since(
-        before: Option<os::MachineCpu>,
-        servers: (u64, u64),
-        also: &[u32],
-    ) -> Option<MachineLoad> {
-        let (b, a) = (before?, os::machine_cpu()?);
-        let now = followed_cpu_ns(also);
-        let served = (
-            now.0.saturating_sub(servers.0),
-            now.1.saturating_sub(servers.1),
-        );
+    /// The machine's figures since `before`, the followed servers' time left out.
+    fn since(before: &MachineBefore, opts: &TraceOptions) -> Option<MachineLoad> {
+        let (b, a) = (before.cpu?, os::machine_cpu()?);
+        let (now, then) = (followed_cpu_ns(&opts.also_follow), before.servers);
+        let served = (now.0.saturating_sub(then.0), now.1.saturating_sub(then.1));
+        let disks = (before.disks, other_disks(opts));
         Some(MachineLoad {
             user_ns: a.user.saturating_sub(b.user).saturating_sub(served.0),
             steal_ns: a.steal.saturating_sub(b.steal),
             system_ns: Some(a.system.saturating_sub(b.system).saturating_sub(served.1)),
+            other_disk_bytes: match disks {
+                (Some(b), Some(a)) => Some(a.saturating_sub(b)),
+                _ => None,
+            },
         })
     }
 }
@@ -503,7 +531,7 @@ fn watch_running(
         probes.follow_running(tid, state)?;
     }
     let start = Instant::now();
-    let machine = os::machine_cpu();
+    let machine = MachineBefore::now(opts);
     while target::alive(pid)
         && signals::received().is_none()
         && opts.duration.is_none_or(|d| start.elapsed() < d)
@@ -511,7 +539,7 @@ fn watch_running(
         thread::sleep(Duration::from_millis(50));
     }
     result.wall_ns = ns(start.elapsed());
-    result.machine = MachineLoad::since(machine, (0, 0), &[]);
+    result.machine = MachineLoad::since(&machine, opts);
     if let (Some((u0, s0)), Some((u1, s1))) = (before, target::process_cpu(pid)) {
         result.user_ns = ns(u1.saturating_sub(u0));
         result.sys_ns = ns(s1.saturating_sub(s0));
@@ -535,9 +563,9 @@ fn run_command(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResul
     let held = target::spawn_held(&opts.command, opts.cwd.as_deref())?;
     let pid = held.pid();
     probes.follow(pid, false)?;
-    let (machine, servers) = (os::machine_cpu(), followed_cpu_ns(&opts.also_follow));
+    let machine = MachineBefore::now(opts);
     let exit = held.run()?;
-    result.machine = MachineLoad::since(machine, servers, &opts.also_follow);
+    result.machine = MachineLoad::since(&machine, opts);
     probes.await_final_switch(pid);
     result.exit_code = exit.code;
     result.exit_signal = exit.signal;

@@ -15,6 +15,9 @@ use crate::results::StepRun;
 
 /// A side's load differs from the other's by this many CPUs or more: the machine differed.
 pub const DIFFERS_CPUS: f64 = 0.1;
+/// Or the machine's other disks moved this many bytes a second more on one side (a quiet
+/// machine moves none beside a lab cell).
+pub const DIFFERS_DISK_BPS: f64 = 4.0 * 1024.0 * 1024.0;
 
 #[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct MachineCheck {
@@ -23,7 +26,14 @@ pub struct MachineCheck {
     /// averaged over the wall time of the compared cells: base side.
     pub base_cpus: f64,
     pub new_cpus: f64,
-    /// |new_cpus − base_cpus| ≥ `threshold_cpus` beyond the tick resolution of each side.
+    /// Bytes a second the machine's other disks moved (not the lab's device nor the disk
+    /// of its image), each side; null when a side has no record of it.
+    #[serde(default)]
+    pub base_disk_bps: Option<f64>,
+    #[serde(default)]
+    pub new_disk_bps: Option<f64>,
+    /// |new_cpus − base_cpus| ≥ `threshold_cpus` beyond the tick resolution of each side,
+    /// or the other disks' rates ≥ `DIFFERS_DISK_BPS` apart.
     pub differed: bool,
     pub threshold_cpus: f64,
     /// Flags of times that include waiting, set aside (made inconclusive).
@@ -68,30 +78,57 @@ fn load<'a>(passes: impl Iterator<Item = &'a StepRun>) -> Option<(f64, f64)> {
     })
 }
 
+/// Bytes a second the other disks moved over these passes; None when one has no record.
+fn disk_rate<'a>(passes: impl Iterator<Item = &'a StepRun>) -> Option<f64> {
+    let (mut bytes, mut wall) = (0u64, 0u64);
+    for s in passes {
+        bytes += s.trace.machine?.other_disk_bytes?;
+        wall += s.trace.wall_ns;
+    }
+    (wall > 0).then(|| bytes as f64 * 1e9 / wall as f64)
+}
+
 /// The check over the compared passes of each side.
 pub fn check<'a>(
-    base: impl Iterator<Item = &'a StepRun>,
-    new: impl Iterator<Item = &'a StepRun>,
+    base: impl Iterator<Item = &'a StepRun> + Clone,
+    new: impl Iterator<Item = &'a StepRun> + Clone,
 ) -> Option<MachineCheck> {
-    let ((b, b_off), (n, n_off)) = (load(base)?, load(new)?);
+    let ((b, b_off), (n, n_off)) = (load(base.clone())?, load(new.clone())?);
+    let (bd, nd) = (disk_rate(base), disk_rate(new));
+    let disks_apart = matches!((bd, nd), (Some(x), Some(y)) if (x - y).abs() >= DIFFERS_DISK_BPS);
     Some(MachineCheck {
         base_cpus: b,
         new_cpus: n,
+        base_disk_bps: bd,
+        new_disk_bps: nd,
         // Apart by the threshold beyond what the ticks can be off by.
-        differed: (n - b).abs() - b_off - n_off >= DIFFERS_CPUS,
+        differed: (n - b).abs() - b_off - n_off >= DIFFERS_CPUS || disks_apart,
         threshold_cpus: DIFFERS_CPUS,
         set_aside: 0,
     })
 }
 
 impl MachineCheck {
+    /// ", other disks moved X MiB/s during base, Y during new" when known.
+    pub fn disks(&self) -> String {
+        match (self.base_disk_bps, self.new_disk_bps) {
+            (Some(b), Some(n)) => format!(
+                ", the other disks moved {:.1} MiB/s during base, {:.1} during new",
+                b / 1048576.0,
+                n / 1048576.0
+            ),
+            _ => String::new(),
+        }
+    }
+
     /// The note of a comparison whose machine differed.
     pub fn describe(&self) -> String {
         format!(
-            "the machine differed: other processes, kernel threads and the hypervisor took {:.2} CPUs during the base runs, {:.2} during the new ones (≥ {:.2} apart); {} flag{} of times that include waiting set aside as inconclusive (they may be the machine's; user, sys and kernel bg CPU time keep theirs): compare runs made on equally quiet machines",
+            "the machine differed: other processes, kernel threads and the hypervisor took {:.2} CPUs during the base runs, {:.2} during the new ones (≥ {:.2} apart){}; {} flag{} of times that include waiting set aside as inconclusive (they may be the machine's; user, sys and kernel bg CPU time keep theirs): compare runs made on equally quiet machines",
             self.base_cpus,
             self.new_cpus,
             self.threshold_cpus,
+            self.disks(),
             self.set_aside,
             if self.set_aside == 1 { "" } else { "s" },
         )

@@ -21,6 +21,7 @@ use crate::{
     aggregate::{
         folded::{self, Folded},
         pprof::PPROF_EXT,
+        stacks::{BackgroundSummary, StackSummary},
     },
     history::Location,
     results::{RunResult, crash::CrashStudy},
@@ -264,9 +265,8 @@ fn check_run_flames(c: &mut Checks, path: &Path, r: &RunResult) -> Result<()> {
             }
             let item = format!("{} {step} {column}", path.display());
             let summed = summed_stacks(r, step, column);
-            let totals = summed
-                .as_ref()
-                .map(|(s, b, n)| (s, Some(b), rounding_us(*n)));
+            let totals = (summed.as_ref())
+                .map(|(s, b)| (s, Some(b), rounding_us(s.weighted_stacks + b.samples)));
             check_folded(
                 c,
                 &FoldedSet {
@@ -281,41 +281,31 @@ fn check_run_flames(c: &mut Checks, path: &Path, r: &RunResult) -> Result<()> {
     Ok(())
 }
 
-/// A run cell's stack totals over its passes (traced without error), and its stacks.
+/// A run cell's stack totals summed over its passes, as its graphs sum their folded files
+/// (every pass that has stacks, a failed one too).
 fn summed_stacks(
     r: &RunResult,
     step: &str,
     column: &str,
-) -> Option<(
-    crate::aggregate::stacks::StackSummary,
-    crate::aggregate::stacks::BackgroundSummary,
-    u64,
-)> {
+) -> Option<(StackSummary, BackgroundSummary)> {
     let f = r.filesystems.iter().find(|f| f.column() == column)?;
-    let (mut s, mut b) = (
-        crate::aggregate::stacks::StackSummary::default(),
-        crate::aggregate::stacks::BackgroundSummary::default(),
-    );
+    let (mut s, mut b) = (StackSummary::default(), BackgroundSummary::default());
     let mut any = false;
-    for p in &f.passes {
-        for st in p
-            .steps
-            .iter()
-            .filter(|st| st.step == step && st.error.is_none())
-        {
-            let (Some(ss), Some(bg)) = (&st.trace.stacks, &st.trace.background) else {
-                continue;
-            };
-            any = true;
-            s.on_cpu_sampled_ns += ss.on_cpu_sampled_ns;
-            s.off_cpu_ns += ss.off_cpu_ns;
-            s.weighted_stacks += ss.weighted_stacks;
-            b.ns += bg.ns;
-            b.samples += bg.samples;
-        }
+    for st in f
+        .passes
+        .iter()
+        .flat_map(|p| &p.steps)
+        .filter(|st| st.step == step)
+    {
+        let (Some(ss), Some(bg)) = (&st.trace.stacks, &st.trace.background) else {
+            continue;
+        };
+        any = true;
+        s.on_cpu_sampled_ns += ss.on_cpu_sampled_ns;
+        s.off_cpu_ns += ss.off_cpu_ns;
+        s.weighted_stacks += ss.weighted_stacks;
+        b.ns += bg.ns;
+        b.samples += bg.samples;
     }
-    any.then(|| {
-        let n = s.weighted_stacks + b.samples;
-        (s, b, n)
-    })
+    any.then_some((s, b))
 }

@@ -79,11 +79,10 @@ struct Tally {
     skipped: BTreeMap<String, u64>,
 }
 
+/// The unit of compared figures: nanoseconds, or µs (folded files' weights).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Unit {
     Ns,
-    Count,
-    Bytes,
     Us,
 }
 
@@ -92,8 +91,6 @@ impl Unit {
         match self {
             Unit::Ns => crate::units::duration_ns(v),
             Unit::Us => crate::units::duration_ns(v.saturating_mul(1000)),
-            Unit::Count => v.to_string(),
-            Unit::Bytes => crate::units::bytes(v),
         }
     }
 }

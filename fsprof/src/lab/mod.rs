@@ -232,6 +232,18 @@ impl LabFs {
         })
     }
 
+    /// The disks this filesystem's I/O reaches: its device, and for a loop image the disk
+    /// holding the image (kernel names).
+    pub fn own_disks(&self) -> Vec<String> {
+        let mut out = vec![self.device_name()];
+        if let Backing::Loop { image, .. } = &self.backing
+            && let Some(d) = disk_holding(&image.path)
+        {
+            out.push(d);
+        }
+        out
+    }
+
     /// Kernel name of the device (loop0), for per-device kernel threads (jbd2/loop0-8).
     pub fn device_name(&self) -> String {
         self.device_path()
@@ -270,6 +282,18 @@ fn mount_ntfs3g(dev: &Path, target: &Path, options: &str) -> Result<(Mount, Dura
         );
     }
     Ok((Mount::adopt(target), took))
+}
+
+/// The kernel name of the whole disk holding the file at `path` (a partition's disk).
+fn disk_holding(path: &Path) -> Option<String> {
+    let st = rustix::fs::stat(path).ok()?;
+    let (ma, mi) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+    let sys = std::fs::canonicalize(format!("/sys/dev/block/{ma}:{mi}")).ok()?;
+    let disk = match sys.join("partition").exists() {
+        true => sys.parent()?.to_path_buf(),
+        false => sys,
+    };
+    Some(disk.file_name()?.to_string_lossy().into_owned())
 }
 
 /// The superblock dev_t (kernel encoding) of the filesystem holding `path`, as mountinfo

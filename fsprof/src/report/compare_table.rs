@@ -70,8 +70,10 @@ pub fn header(c: &Comparison) -> String {
     if let Some(m) = c.machine.as_ref().filter(|m| !m.differed) {
         let _ = writeln!(
             o,
-            "the machine was alike: other processes, kernel threads and the hypervisor took {:.2} CPUs during base, {:.2} during new",
-            m.base_cpus, m.new_cpus
+            "the machine was alike: other processes, kernel threads and the hypervisor took {:.2} CPUs during base, {:.2} during new{}",
+            m.base_cpus,
+            m.new_cpus,
+            m.disks()
         );
     }
     o
