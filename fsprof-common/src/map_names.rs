@@ -14,6 +14,7 @@ pub enum MapName {
     DevCache,
     Events,
     FollowHint,
+    Frozen,
     FsCounts,
     FsDevs,
     FsEventCfg,

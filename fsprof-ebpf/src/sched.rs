@@ -9,8 +9,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use fsprof_common::{
-    Counter, EXEC_UNKNOWN, HistKind, Lost, OnCpuTask, Program, TIME_CLASSES, TaskState, TimeClass,
-    TimeStats,
+    Counter, HistKind, Lost, OnCpuTask, Program, TIME_CLASSES, TaskState, TimeClass, TimeStats,
     config::{TASK_DEAD, TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE},
 };
 

@@ -96,6 +96,14 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Waits until every BPF program running now has returned: the kernel runs tracing
+/// programs inside an RCU read-side section, and MEMBARRIER_CMD_GLOBAL is one
+/// synchronize_rcu (a single CPU needs none: this call could not run beside one).
+pub fn bpf_programs_settle() -> Result<()> {
+    use rustix::thread::{MembarrierCommand, membarrier};
+    membarrier(MembarrierCommand::Global).context("membarrier(MEMBARRIER_CMD_GLOBAL)")
+}
+
 /// CPU time the scheduler has charged thread `tid` (`se.sum_exec_runtime`, the first field
 /// of /proc/<tid>/schedstat), ns; None once it has gone.
 pub fn sum_exec_runtime(tid: u32) -> Option<u64> {

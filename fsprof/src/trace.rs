@@ -575,8 +575,9 @@ fn run_command(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResul
     Ok(())
 }
 
-/// After the target: syncfs (probes still attached), the maps read, the stacks named, the
-/// timeline written (its off-CPU stacks named as the graphs name them), leftovers killed.
+/// After the target: syncfs (probes still attached), following stopped, the maps read,
+/// the stacks named, the timeline written (its off-CPU stacks named as the graphs name
+/// them), leftovers killed.
 fn finish(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResult) -> Result<()> {
     if let Some(fs) = &opts.sync_after {
         result.syncfs_ns = Some(ns(os::syncfs(fs)?));
@@ -585,6 +586,7 @@ fn finish(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResult) ->
         }
     }
     probes.laps.skip();
+    probes.freeze()?;
     let stream = probes.finish_timeline();
     let (profile, open) = aggregate::collect(probes)?;
     result.profile = profile;

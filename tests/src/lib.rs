@@ -283,17 +283,26 @@ pub fn assert_success(out: &std::process::Output) {
 
 /// `fsprof trace ARGS --json JSON -- sh -c SCRIPT`, which must succeed: what it said on
 /// stderr, and its result read back.
+/// Its flame graphs go beside JSON unless ARGS say where (never into the test's cwd).
 pub fn trace_sh(args: &[&str], json: &Path, script: &str) -> (String, TraceResult) {
+    let flames = json.with_extension("flames");
+    let own_flames = !args.iter().any(|a| *a == "--flames" || *a == "--no-stacks");
     let run = Command::new(fsprof_bin())
         .arg("trace")
         .args(args)
+        .args(own_flames.then_some("--flames"))
+        .args(own_flames.then_some(&flames))
         .arg("--json")
         .arg(json)
         .args(["--", "sh", "-c", script])
         .output()
         .unwrap();
     assert_success(&run);
-    checked(&[json]);
+    if own_flames {
+        checked(&[json, &flames]);
+    } else {
+        checked(&[json]);
+    }
     let result = serde_json::from_str(&fs::read_to_string(json).unwrap()).unwrap();
     (String::from_utf8_lossy(&run.stderr).into_owned(), result)
 }

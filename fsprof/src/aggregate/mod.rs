@@ -150,8 +150,8 @@ fn lost(probes: &Probes, profile: &mut Profile) -> Result<u64> {
     Ok(fs_misses)
 }
 
-/// Reads every aggregate. Safe to call while probes are attached (a live snapshot). Also
-/// returns the off-CPU intervals still open, per stack, for `stacks::collect`.
+/// Reads every aggregate, after `Probes::freeze` (read live, the figures would not add
+/// up). Also returns the off-CPU intervals still open, per stack, for `stacks::collect`.
 pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> {
     let ebpf = &probes.ebpf;
     let hists = read_hists(probes)?;
@@ -160,8 +160,8 @@ pub fn collect(probes: &Probes) -> Result<(Profile, Vec<stacks::OpenInterval>)> 
         time: sched::collect(ebpf, &hists)?,
         ..Profile::default()
     };
-    // Right after the totals: a thread that switches in between loses that interval.
-    let open = sched::open_intervals(ebpf, &mut profile.time)?;
+    let end = (probes.frozen_at).unwrap_or_else(crate::probes::monotonic_ns);
+    let open = sched::open_intervals(ebpf, end, &mut profile.time)?;
     profile.block = block::collect(probes, &hists)?;
     let fs_misses = lost(probes, &mut profile)?;
 

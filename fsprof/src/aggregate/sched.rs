@@ -14,7 +14,6 @@ use fsprof_common::{
 use serde::{Deserialize, Serialize};
 
 use super::{HistId, histogram::Summary, stacks, sum, summary};
-use crate::probes::monotonic_ns;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClassTime {
@@ -139,14 +138,15 @@ pub(super) fn collect(
 }
 
 /// Threads still alive (a -p target, or daemons the command left) have an interval open:
-/// counts it into `split` up to now, and returns the open off-CPU intervals per stack.
+/// counts it into `split` up to `now` (the freeze), and returns the open off-CPU intervals
+/// per stack.
 pub(super) fn open_intervals(
     ebpf: &Ebpf,
+    now: u64,
     split: &mut TimeSplit,
 ) -> Result<Vec<stacks::OpenInterval>> {
     let tasks: HashMap<_, u32, TaskState> =
         HashMap::try_from(crate::probes::map(ebpf, MapName::Tasks)?)?;
-    let now = monotonic_ns();
     let mut open = Vec::new();
     for item in tasks.iter() {
         let (tid, t) = item?;

@@ -14,7 +14,7 @@ use super::{
     Checks,
     stacks::{FoldedSet, check_folded, check_pprof},
     stores::{check_history, check_run, check_study},
-    timeline::check_timeline,
+    timeline::{check_timeline, is_timeline},
     trace::check_trace,
 };
 use crate::{
@@ -69,9 +69,14 @@ fn check_path(c: &mut Checks, path: &Path) -> Result<()> {
         check_timeline(c, path, None);
         return Ok(());
     }
-    let head = std::fs::read(path).map(|b| b.into_iter().take(16).collect::<Vec<u8>>())?;
-    if head == SQLITE_MAGIC {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if bytes.starts_with(SQLITE_MAGIC) {
         return check_history(c, Location::Sqlite(path.to_path_buf()));
+    }
+    // `--timeline` takes any name (Perfetto's own tools write .pftrace).
+    if is_timeline(&bytes) {
+        check_timeline(c, path, None);
+        return Ok(());
     }
     bail!(
         "not an output of fsprof (results .json, .folded, .{PPROF_EXT}, .{TIMELINE_EXT}, a history store)"

@@ -65,7 +65,11 @@ fn text(rows: &[Vec<Value>]) -> Vec<String> {
 }
 
 /// Rows that differ between what is stored and what the stored results give.
-fn compare(stored: Vec<Vec<Value>>, derived: Vec<Vec<Value>>) -> Result<(), String> {
+fn compare<const N: usize>(
+    stored: Vec<Vec<Value>>,
+    derived: Vec<[Value; N]>,
+) -> Result<(), String> {
+    let derived: Vec<Vec<Value>> = derived.into_iter().map(Vec::from).collect();
     let (stored, derived) = (text(&stored), text(&derived));
     if stored == derived {
         return Ok(());
@@ -90,24 +94,14 @@ pub fn check_history(c: &mut Checks, location: Location) -> Result<()> {
     for row in h.runs(&Filter::default())? {
         let item = format!("{name} run {}", row.id);
         let r = h.results(row.id)?;
-        let derived = history::figure_rows(row.id, &r)
-            .into_iter()
-            .map(Vec::from)
-            .collect();
-        c.holds(
-            STORED_RUNS,
-            &item,
-            compare(h.stored_figures(row.id)?, derived),
-        );
+        let stored = compare(h.stored_figures(row.id)?, history::figure_rows(row.id, &r));
+        c.holds(STORED_RUNS, &item, stored);
         check_run(c, &item, &r);
     }
     for row in h.crash_studies(&Filter::default())? {
         let item = format!("{name} crash study c{}", row.id);
         let s = h.crash_study(row.id)?;
-        let derived = history::crash::outcome_rows(row.id, &s)
-            .into_iter()
-            .map(Vec::from)
-            .collect();
+        let derived = history::crash::outcome_rows(row.id, &s);
         c.holds(
             STORED_RUNS,
             &item,

@@ -95,6 +95,12 @@ fn slack(ns: u64) -> u64 {
     1_000_000 + ns / 50
 }
 
+/// Whether `bytes` are a Perfetto trace of fsprof's: one that decodes, with a process
+/// tree (every timeline fsprof writes has one).
+pub fn is_timeline(bytes: &[u8]) -> bool {
+    proto::Trace::decode(bytes).is_ok_and(|t| t.packet.iter().any(|p| p.process_tree.is_some()))
+}
+
 fn read(path: &Path) -> Result<Read> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let trace = proto::Trace::decode(&bytes[..]).context("not a Perfetto trace")?;
@@ -111,8 +117,13 @@ fn read(path: &Path) -> Result<Read> {
         .iter()
         .map(|&k| (stack_counter(k as u32), k.name()))
         .collect();
+    // Where Perfetto ends the trace: time still open at the end (threads alive) is drawn,
+    // and counted, up to there.
+    let mut end = 0;
     for p in trace.packet {
+        end = end.max(p.timestamp.unwrap_or(0));
         if let Some(b) = p.ftrace_events {
+            end = (b.event.iter()).fold(end, |m, e| m.max(e.timestamp.unwrap_or(0)));
             r.lost |= b.lost_events == Some(true);
             r.has_blocked |= b.event.iter().any(|e| e.sched_blocked_reason.is_some());
             events.extend(b.event);
@@ -131,7 +142,7 @@ fn read(path: &Path) -> Result<Read> {
         }
     }
     events.sort_by_key(|e| e.timestamp.unwrap_or(0));
-    r.states = states(&events, &threads);
+    r.states = states(&events, &threads, end);
     Ok(r)
 }
 
@@ -147,8 +158,8 @@ fn after_switch(prev_state: i64) -> Option<TimeClass> {
     })
 }
 
-/// Time per state of `threads`, from each thread's first event to its exit.
-fn states(events: &[proto::FtraceEvent], threads: &[i32]) -> BTreeMap<&'static str, u64> {
+/// Time per state of `threads`, from each thread's first event to its exit or `end`.
+fn states(events: &[proto::FtraceEvent], threads: &[i32], end: u64) -> BTreeMap<&'static str, u64> {
     let mut now: BTreeMap<i32, (TimeClass, u64)> = BTreeMap::new();
     let mut total = BTreeMap::new();
     let mut enter =
@@ -189,6 +200,9 @@ fn states(events: &[proto::FtraceEvent], threads: &[i32]) -> BTreeMap<&'static s
         {
             enter(&mut now, w.pid.unwrap_or(0), Some(TimeClass::RunQueue), ts);
         }
+    }
+    for (state, since) in now.into_values() {
+        *total.entry(state.name()).or_insert(0) += end.saturating_sub(since);
     }
     total
 }

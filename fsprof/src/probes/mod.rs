@@ -5,6 +5,7 @@ pub mod btf;
 pub mod dense;
 #[cfg(test)]
 mod frames;
+mod freeze;
 pub mod fs_events;
 pub mod kept;
 pub mod mmapped;
@@ -181,6 +182,8 @@ pub struct Probes {
     pub laps: crate::os::Laps,
     /// The timeline's consumer, with `ProbeOptions::timeline`.
     timeline: Option<timeline::Consumer>,
+    /// When following stopped (`freeze`): where every figure ends.
+    pub frozen_at: Option<u64>,
 }
 
 /// What a load prepares before the programs are verified.
@@ -438,6 +441,7 @@ impl Probes {
             unwind: None,
             laps,
             timeline: None,
+            frozen_at: None,
         };
         if opts.floor {
             probes.attach_floor(opts, period)?;
@@ -529,9 +533,15 @@ impl Probes {
         Ok(())
     }
 
-    /// Stops the timeline's consumer; the records it read (None: no timeline).
+    /// Stops the timeline's consumer; the records it read up to the freeze (None: no
+    /// timeline).
     pub fn finish_timeline(&mut self) -> Option<Result<timeline::Stream>> {
-        self.timeline.take().map(timeline::Consumer::finish)
+        let end = self.frozen_at;
+        let stream = self.timeline.take().map(timeline::Consumer::finish)?;
+        Some(stream.map(|s| match end {
+            Some(end) => s.cut(end),
+            None => s,
+        }))
     }
 
     /// Loads the unwind tables of `program` and its libraries before it runs.

@@ -126,6 +126,8 @@ pub fn trace_p_follows_the_busy_child_it_is_given() {
             "--json",
         ])
         .arg(&json)
+        .arg("--flames")
+        .arg(dir.0.join("flames"))
         .output()
         .unwrap();
     let ran = schedstat(c).0 - before;
@@ -133,6 +135,7 @@ pub fn trace_p_follows_the_busy_child_it_is_given() {
     let _ = Command::new("kill").arg(c.to_string()).status();
     let _ = parent.wait();
     assert_success(&out);
+    checked(&[&dir.0.join("flames")]);
     let t = load(&json);
     let on = t.profile.time.on_cpu.ns;
     // Within the window the scheduler's figure spans (it starts before the probes attach).

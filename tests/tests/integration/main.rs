@@ -89,6 +89,7 @@ fn main() {
         root sched::cpu_bound_loop_is_on_cpu,
         root sched::a_running_process_is_traced_from_the_command_line,
         root sched::running_process_is_followed_with_pid,
+        root sched::threads_left_running_are_read_at_one_instant,
         root stacks::cpu_bound_binary_hot_function_tops_on_cpu_graph,
         root stacks::own_programs_are_one_frame_and_named_as_the_kernel_names_them,
         root stacks::direct_io_off_cpu_is_io_wait_under_io_schedule,

@@ -183,12 +183,14 @@ pub fn a_running_process_is_traced_from_the_command_line() {
         .args(["trace", "-p", &pid.to_string(), "--duration", "1"])
         .args(["--sample-hz", "499", "--json"])
         .arg(&json)
+        .arg("--flames")
+        .arg(dir.0.join("flames"))
         .output()
         .unwrap();
     let after = schedstat(pid);
     drop(child);
     assert_success(&out);
-    checked(&[&json]);
+    checked(&[&json, &dir.0.join("flames")]);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let ns = |p: &str| v.pointer(p).and_then(|x| x.as_u64()).unwrap();
     let (on, rq, wall) = (
@@ -220,5 +222,54 @@ pub fn a_running_process_is_traced_from_the_command_line() {
     assert!(
         (samples - expected).abs() <= 0.2 * expected + 5.0,
         "{samples} samples, {expected:.0} expected"
+    );
+}
+
+/// A process the command leaves behind keeps forking and switching while the figures are
+/// read: they must still end at one instant (read live, a PostgreSQL background writer's
+/// 200 ms sleep was in its stacks twice and in its class once), and fsprof must end (the
+/// loop held a pipe of fsprof's, inherited, whose closing was to stop a thread of it).
+pub fn threads_left_running_are_read_at_one_instant() {
+    struct KillLoop(std::path::PathBuf);
+    impl Drop for KillLoop {
+        fn drop(&mut self) {
+            if let Ok(pid) = std::fs::read_to_string(&self.0) {
+                let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+            }
+        }
+    }
+    let dir = TempDir::new("left-running");
+    let (pidfile, fds) = (dir.0.join("pid"), dir.0.join("fds"));
+    let timeline = dir.0.join("t.pftrace");
+    let _loop = KillLoop(pidfile.clone());
+    let script = format!(
+        "ls -l /proc/self/fd > {}; \
+         (while :; do /bin/true; done) </dev/null >/dev/null 2>&1 & echo $! > {}",
+        fds.display(),
+        pidfile.display()
+    );
+    let (_, t) = trace_sh(
+        &["--timeline", timeline.to_str().unwrap()],
+        &dir.0.join("t.json"),
+        &script,
+    );
+    checked(&[&timeline]);
+    assert!(t.profile.time.open_threads >= 1, "{:?}", t.profile.time);
+    // Besides its standard streams and the directory ls reads, every descriptor a program
+    // of the command had was this test's (given to fsprof).
+    let ours: Vec<String> = (std::fs::read_dir("/proc/self/fd").unwrap())
+        .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+        .map(|p| p.display().to_string())
+        .collect();
+    let theirs = std::fs::read_to_string(&fds).unwrap();
+    let leaked: Vec<&str> = (theirs.lines())
+        .filter_map(|l| l.split_once(" -> "))
+        .filter(|(ls, _)| !ls.ends_with(" 0") && !ls.ends_with(" 1") && !ls.ends_with(" 2"))
+        .map(|(_, to)| to)
+        .filter(|to| !ours.iter().any(|o| o == to) && !to.starts_with("/proc/"))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "fsprof's descriptors in the command: {leaked:?}\n{theirs}"
     );
 }
