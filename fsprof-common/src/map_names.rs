@@ -14,7 +14,6 @@ pub enum MapName {
     DevCache,
     Events,
     FollowHint,
-    Frozen,
     FsCounts,
     FsDevs,
     FsEventCfg,

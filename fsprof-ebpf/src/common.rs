@@ -74,19 +74,11 @@ static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(MAX_TASKS, 0);
 #[map]
 static FOLLOW_HINT: Array<u32> = Array::with_max_entries(FOLLOW_HINT_SLOTS, 0);
 
-/// Non-zero once userspace has stopped following (fsprof `Probes::freeze`): every map it
-/// reads then ends at one instant, while the threads it followed may live on.
-#[map]
-static FROZEN: Array<u32> = Array::with_max_entries(1, 0);
-
 /// The state of `tid` if it is followed.
 #[inline(always)]
 pub fn followed(tid: u32) -> Option<*mut TaskState> {
     let hint = *FOLLOW_HINT.get(follow_hint_slot(tid))?;
     if hint != tid && hint != FOLLOW_HINT_SHARED {
-        return None;
-    }
-    if FROZEN.get(0).is_none_or(|&f| f != 0) {
         return None;
     }
     TASKS.get_ptr_mut(tid)

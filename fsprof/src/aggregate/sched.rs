@@ -138,11 +138,11 @@ pub(super) fn collect(
 }
 
 /// Threads still alive (a -p target, or daemons the command left) have an interval open:
-/// counts it into `split` up to `now` (the freeze), and returns the open off-CPU intervals
+/// counts it into `split` up to `end` (the freeze), and returns the open off-CPU intervals
 /// per stack.
 pub(super) fn open_intervals(
     ebpf: &Ebpf,
-    now: u64,
+    end: u64,
     split: &mut TimeSplit,
 ) -> Result<Vec<stacks::OpenInterval>> {
     let tasks: HashMap<_, u32, TaskState> =
@@ -150,6 +150,9 @@ pub(super) fn open_intervals(
     let mut open = Vec::new();
     for item in tasks.iter() {
         let (tid, t) = item?;
+        // A program in flight at the freeze may have closed the thread's phase a few µs
+        // after it: the thread's time then ends there, where its classes do.
+        let now = end.max(t.off_since).max(t.on_since);
         let exec = crate::os::sum_exec_runtime(tid);
         // Charged since `exec_in` (the last switch-in or switch-out), at most `span`.
         let charged = |span: u64| match exec {

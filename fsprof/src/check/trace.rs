@@ -41,18 +41,13 @@ fn time_classes(c: &mut Checks, item: &str, t: &TraceResult) {
         return c.skip(TIME_CLASSES, &why);
     }
     let classes: u64 = TimeClass::ALL.iter().map(|&k| time.class(k).ns).sum();
-    // Threads alive at the end: their open intervals are read after the totals, so one
-    // switching in between moves time from one reading to the other.
-    let allowed = match time.open_threads {
-        0 => 0,
-        _ => time.followed_ns / 1000,
-    };
+    // Threads alive at the end too: everything ends at the freeze (fsprof Probes::freeze).
     c.agree(
         TIME_CLASSES,
         item,
         ("time classes", classes),
         ("followed threads' time", time.followed_ns),
-        allowed,
+        0,
         Unit::Ns,
     );
 }
@@ -181,16 +176,12 @@ fn on_cpu_samples(c: &mut Checks, item: &str, t: &TraceResult, s: &StackSummary)
         true => s.sample_period_ns,
         false => 13 * s.sample_period_ns,
     };
-    // A thread alive at the end may switch between the reads of the totals and of its
-    // open interval: that interval is then in no class (up to a time slice, < 10 ms).
-    const SLICE_NS: u64 = 10_000_000;
-    let open = time.open_threads * SLICE_NS;
     c.agree(
         ON_CPU_SAMPLES,
         item,
         ("sample weights", weights),
         ("on-CPU time", on_cpu),
-        threads.max(1) * per_thread + open,
+        threads.max(1) * per_thread,
         Unit::Ns,
     );
 }
