@@ -533,15 +533,9 @@ impl Probes {
         Ok(())
     }
 
-    /// Stops the timeline's consumer; the records it read up to the freeze (None: no
-    /// timeline).
+    /// Stops the timeline's consumer; the records it read (None: no timeline).
     pub fn finish_timeline(&mut self) -> Option<Result<timeline::Stream>> {
-        let end = self.frozen_at;
-        let stream = self.timeline.take().map(timeline::Consumer::finish)?;
-        Some(stream.map(|s| match end {
-            Some(end) => s.cut(end),
-            None => s,
-        }))
+        self.timeline.take().map(timeline::Consumer::finish)
     }
 
     /// Loads the unwind tables of `program` and its libraries before it runs.

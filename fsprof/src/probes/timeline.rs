@@ -98,16 +98,6 @@ pub struct Dirty {
 }
 
 impl Stream {
-    /// What happened up to `end`, when following stopped (`Probes::freeze`): the machine's
-    /// switches after it would draw the target's threads in states no figure counts.
-    /// Off-CPU stack records stay: the target's own, they are weights the maps hold (one
-    /// a program in flight at the freeze stamps a few µs after it).
-    pub fn cut(mut self, end: u64) -> Stream {
-        (self.records).retain(|r| matches!(r, Record::Stack(_)) || r.head().ts <= end);
-        self.dirty.retain(|d| d.ts <= end);
-        self
-    }
-
     /// Reads what the kernel wrote since the last drain, and the dirty pages now.
     fn drain(&mut self, ring: &mut RingBuf<MapData>) {
         while let Some(item) = ring.next() {

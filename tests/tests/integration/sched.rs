@@ -240,7 +240,6 @@ pub fn threads_left_running_are_read_at_one_instant() {
     }
     let dir = TempDir::new("left-running");
     let (pidfile, fds) = (dir.0.join("pid"), dir.0.join("fds"));
-    let timeline = dir.0.join("t.pftrace");
     let _loop = KillLoop(pidfile.clone());
     let script = format!(
         "ls -l /proc/self/fd > {}; \
@@ -248,12 +247,7 @@ pub fn threads_left_running_are_read_at_one_instant() {
         fds.display(),
         pidfile.display()
     );
-    let (_, t) = trace_sh(
-        &["--timeline", timeline.to_str().unwrap()],
-        &dir.0.join("t.json"),
-        &script,
-    );
-    checked(&[&timeline]);
+    let (_, t) = trace_sh(&[], &dir.0.join("t.json"), &script);
     assert!(t.profile.time.open_threads >= 1, "{:?}", t.profile.time);
     // Besides its standard streams and the directory ls reads, every descriptor a program
     // of the command had was this test's (given to fsprof).
