@@ -118,18 +118,28 @@ pub fn schedstat(tid: u32) -> Option<[u64; 3]> {
     Some([f.next()??, f.next()??, f.next()??])
 }
 
+/// /proc/PID/stat from its third field on: comm may contain spaces and parens, so the
+/// fields restart after the last ')'.
+fn stat_after_comm(pid: u32) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(s[s.rfind(')')? + 2..].to_string())
+}
+
 /// The state letter of thread `tid` (R, S, D, …: /proc/TID/stat's third field).
 pub fn task_state(tid: u32) -> Option<char> {
-    let s = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
-    s[s.rfind(')')? + 2..].chars().next()
+    stat_after_comm(tid)?.chars().next()
 }
 
 /// Field `n` (1-based, as in proc(5)) of /proc/PID/stat.
 pub fn stat_field(pid: u32, n: usize) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // comm may contain spaces and parens: fields restart after the last ')'.
-    let rest = &s[s.rfind(')')? + 2..];
-    rest.split(' ').nth(n - 3)?.parse().ok()
+    stat_after_comm(pid)?.split(' ').nth(n - 3)?.parse().ok()
+}
+
+/// A pipe, both ends close-on-exec: no command fsprof runs holds an end of fsprof's.
+pub fn pipe() -> Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(std::io::Error::from)
+        .context("pipe2")
 }
 
 /// When process `pid` started (wall clock, never later than it did: /proc/stat's boot

@@ -6,7 +6,7 @@ use std::{
     fs,
     io::{Read, Write},
     os::{
-        fd::{AsRawFd, OwnedFd},
+        fd::AsRawFd,
         unix::{ffi::OsStrExt, fs::PermissionsExt},
     },
     path::{Path, PathBuf},
@@ -39,12 +39,6 @@ fn tv(t: libc::timeval) -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000)
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd)> {
-    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(std::io::Error::from)
-        .context("pipe2")
-}
-
 /// The file `prog` names, searched in PATH as a shell would. Done here, not by execvp in
 /// the child, so the target makes exactly one execve (as under strace) and a missing
 /// command is a clear error before anything starts.
@@ -72,8 +66,8 @@ pub fn spawn_held(argv: &[String], cwd: Option<&Path>) -> Result<Held> {
     // Everything the child needs is prepared before fork: after it, only
     // async-signal-safe calls.
     let exec = Exec::new(argv, cwd)?;
-    let (hold_r, hold_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
+    let (hold_r, hold_w) = crate::os::pipe()?;
+    let (err_r, err_w) = crate::os::pipe()?;
     // fsprof's signals stay blocked across the fork until the child has the default
     // handlers: one arriving in between kills the child as it would the command, instead
     // of running fsprof's handler in it.

@@ -9,7 +9,7 @@ use super::{Probes, map_mut};
 
 impl Probes {
     /// Stops following every thread before the maps are read, so that the time classes,
-    /// the stacks, the samples and the timeline all end at one instant, `frozen_at`. Read
+    /// the stacks, the samples and the syscalls all end at one instant, `frozen_at`. Read
     /// live, a thread still alive (a daemon the command left, a -p target) closes phases
     /// between the reads: the classes, read first, had its open interval up to then, and
     /// the stacks, read later, had it again in the whole phase (200 ms of a PostgreSQL
@@ -19,8 +19,8 @@ impl Probes {
     /// past the lookup still runs: an RCU grace period lets it end, and a thread it
     /// followed meanwhile (a fork) has its slot cleared in the next pass. A thread's own
     /// time then ends at its last event if that came after `frozen_at` (`aggregate::sched`),
-    /// and open intervals and the timeline end at `frozen_at`. The thread table stays, for
-    /// `followed`.
+    /// and open intervals end at `frozen_at`; the timeline goes on (its block requests are
+    /// the block table's, read later). The thread table stays, for `followed`.
     pub fn freeze(&mut self) -> Result<()> {
         if self.frozen_at.is_some() {
             return Ok(());

@@ -547,9 +547,9 @@ impl UnwindTables {
             paths: BTreeMap::new(),
         };
         let loader = Arc::new(Mutex::new(loader));
-        // Close-on-exec: a command given the end would keep the thread (and fsprof) alive
-        // for as long as anything it left running lives.
-        let (stopped, stop) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        // Close-on-exec (os::pipe): a command given the end would keep the thread, and
+        // fsprof, waiting for as long as anything it left running lives.
+        let (stopped, stop) = crate::os::pipe()?;
         let wake: RingBuf<MapData> = RingBuf::try_from(maps.wake)?;
         let mut on = aya::maps::Array::<_, u32>::try_from(maps.on)?;
         on.set(0, 1, 0)?;
