@@ -530,6 +530,7 @@ fn watch_running(
     for (tid, state) in target::process_tree_threads(pid)? {
         probes.follow_running(tid, state)?;
     }
+    probes.began_at = Some(crate::os::monotonic_ns());
     let start = Instant::now();
     let machine = MachineBefore::now(opts);
     while target::alive(pid)
@@ -564,6 +565,7 @@ fn run_command(probes: &mut Probes, opts: &TraceOptions, result: &mut TraceResul
     let pid = held.pid();
     probes.follow(pid, false)?;
     let machine = MachineBefore::now(opts);
+    probes.began_at = Some(crate::os::monotonic_ns());
     let exit = held.run()?;
     result.machine = MachineLoad::since(&machine, opts);
     probes.await_final_switch(pid);
@@ -653,7 +655,17 @@ fn write_timeline(
             .collect(),
         syscall_min_ns: opts.probes.timeline.map_or(0, |t| t.syscall_min_ns),
     };
-    let written = aggregate::timeline::write(path, stream, kernel, &names, off_cpu)?;
+    let written = aggregate::timeline::write(
+        path,
+        stream,
+        kernel,
+        &names,
+        off_cpu,
+        aggregate::timeline::Following {
+            began: probes.began_at,
+            ended: probes.frozen_at,
+        },
+    )?;
     probes.laps.lap("timeline");
     Ok(written)
 }

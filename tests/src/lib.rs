@@ -65,7 +65,11 @@ fn assert_checks(c: &fsprof::check::Checks, what: &str) {
 /// history stores): every invariant that applies holds, and some applies.
 pub fn checked(paths: &[&Path]) {
     let c = check_all(paths);
-    assert!(c.checked_any(), "nothing to check in {paths:?}");
+    assert!(
+        c.checked_any(),
+        "nothing to check in {paths:?}:\n{}",
+        c.render()
+    );
 }
 
 fn check_all(paths: &[&Path]) -> fsprof::check::Checks {

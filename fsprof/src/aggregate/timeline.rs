@@ -358,6 +358,14 @@ pub struct OffCpuStacks<'a> {
     pub open: &'a [OpenInterval],
 }
 
+/// When the target's figures begin (its release, or the last follow of `-p`) and end
+/// (`Probes::freeze`); the timeline's records go on either side.
+#[derive(Clone, Copy, Default)]
+pub struct Following {
+    pub began: Option<u64>,
+    pub ended: Option<u64>,
+}
+
 /// Writes `records` as a Perfetto trace to `path`.
 pub fn write(
     path: &Path,
@@ -365,6 +373,7 @@ pub fn write(
     kernel: &str,
     names: &SpanNames,
     stacks: &OffCpuStacks,
+    following: Following,
 ) -> Result<TimelineSummary> {
     let mut records = stream.records;
     records.sort_by_key(|r| r.head().ts);
@@ -377,6 +386,9 @@ pub fn write(
     trace.packet.push(process_tree(&records));
     // The sequence's first packet clears its state: the lost marks' track comes first.
     trace.packet.extend(lost_marks(&records));
+    trace
+        .packet
+        .extend(following_marks(following, stacks.named.is_some()));
     let blocks = block_packets(&records);
     trace.packet.extend(blocks.packets);
     let spans = span_packets(&records, names);
@@ -1131,6 +1143,41 @@ fn lost_marks(records: &[Record]) -> Vec<TracePacket> {
         let name = format!("{} records lost on CPU {}", h.lost_before, h.cpu);
         track_event(h.ts, TRACK, INSTANT, Some(name))
     }));
+    out
+}
+
+/// The instants following began and ended, on a track of that name: the figures (and
+/// the stack samples) lie between, the switches and block requests go on either side.
+pub const FOLLOWING_BEGAN: &str = "fsprof: following began";
+pub const FOLLOWING_ENDED: &str = "fsprof: following ended";
+/// The end's annotation: 1 when off-CPU time was given stacks (samples), else 0.
+pub const WITH_STACKS: &str = "off_cpu_stacks";
+
+fn following_marks(following: Following, with_stacks: bool) -> Vec<TracePacket> {
+    const TRACK: u64 = 2;
+    let mut out = vec![TracePacket {
+        trusted_packet_sequence_id: Some(SEQUENCE),
+        ..descriptor(TRACK, "fsprof: following".into(), None)
+    }];
+    if let Some(ts) = following.began {
+        out.push(track_event(
+            ts,
+            TRACK,
+            INSTANT,
+            Some(FOLLOWING_BEGAN.into()),
+        ));
+    }
+    if let Some(ts) = following.ended {
+        let mut mark = track_event(ts, TRACK, INSTANT, Some(FOLLOWING_ENDED.into()));
+        if let Some(e) = &mut mark.track_event {
+            e.debug_annotations.push(DebugAnnotation {
+                name: Some(WITH_STACKS.into()),
+                uint_value: Some(with_stacks.into()),
+                int_value: None,
+            });
+        }
+        out.push(mark);
+    }
     out
 }
 

@@ -9,7 +9,9 @@ use prost::Message;
 
 use super::{Checks, TIMELINE_STACKS, TIMELINE_STATES, Unit};
 use crate::{
-    aggregate::timeline::{proto, stack_counter},
+    aggregate::timeline::{
+        FOLLOWING_BEGAN, FOLLOWING_ENDED, Following, WITH_STACKS, proto, stack_counter,
+    },
     trace::TraceResult,
 };
 
@@ -19,11 +21,29 @@ struct Read {
     states: BTreeMap<&'static str, u64>,
     /// Off-CPU stack samples' weights, ns.
     stacks: BTreeMap<&'static str, u64>,
+    /// Whether off-CPU time was given stack samples (some were, or the timeline says so).
     has_stacks: bool,
     /// Whether the timeline says which D-waits were I/O waits (`--timeline-blocked-functions`
     /// writes sched_blocked_reason); without, all are uninterruptible to Perfetto.
     has_blocked: bool,
     lost: bool,
+}
+
+/// Reads a following mark into `f` (timelines written before them have none), and
+/// whether off-CPU time was given stacks.
+fn following_mark(p: &proto::TracePacket, f: &mut Following, stacks: &mut bool) {
+    let Some((e, ts)) = p.track_event.as_ref().zip(p.timestamp) else {
+        return;
+    };
+    match e.name.as_deref() {
+        Some(FOLLOWING_BEGAN) => f.began = Some(ts),
+        Some(FOLLOWING_ENDED) => {
+            f.ended = Some(ts);
+            *stacks |= (e.debug_annotations.iter())
+                .any(|a| a.name.as_deref() == Some(WITH_STACKS) && a.uint_value == Some(1));
+        }
+        _ => {}
+    }
 }
 
 /// Checks the timeline at `path`, against `trace` when it is the trace that wrote it.
@@ -117,7 +137,9 @@ fn read(path: &Path) -> Result<Read> {
         .iter()
         .map(|&k| (stack_counter(k as u32), k.name()))
         .collect();
+    let mut following = Following::default();
     for p in trace.packet {
+        following_mark(&p, &mut following, &mut r.has_stacks);
         if let Some(b) = p.ftrace_events {
             r.lost |= b.lost_events == Some(true);
             r.has_blocked |= b.event.iter().any(|e| e.sched_blocked_reason.is_some());
@@ -137,7 +159,7 @@ fn read(path: &Path) -> Result<Read> {
         }
     }
     events.sort_by_key(|e| e.timestamp.unwrap_or(0));
-    r.states = states(&events, &threads);
+    r.states = states(&events, &threads, following);
     Ok(r)
 }
 
@@ -153,17 +175,23 @@ fn after_switch(prev_state: i64) -> Option<TimeClass> {
     })
 }
 
-/// Time per state of `threads`, from each thread's first event to its exit. A thread
-/// alive at the end is left out from its last event: the timeline goes on past the freeze
-/// (the machine's switches and block requests, as the block table counts them), where its
-/// classes end; checking those is left open (docs/design.md, "The end of following").
-fn states(events: &[proto::FtraceEvent], threads: &[i32]) -> BTreeMap<&'static str, u64> {
+/// Time per state of `threads`, from each thread's first event (or when following began)
+/// to its exit or when following ended: the timeline goes on either side (the machine's
+/// switches and block requests, as the block table counts them), the figures do not (a
+/// command's last switch comes after its parent was told it exited). Without the end mark
+/// (an older timeline) a thread alive at the end is left out from its last event.
+fn states(
+    events: &[proto::FtraceEvent],
+    threads: &[i32],
+    following: Following,
+) -> BTreeMap<&'static str, u64> {
+    let began = following.began.unwrap_or(0);
     let mut now: BTreeMap<i32, (TimeClass, u64)> = BTreeMap::new();
     let mut total = BTreeMap::new();
     let mut enter =
         |now: &mut BTreeMap<i32, (TimeClass, u64)>, tid, state: Option<TimeClass>, ts: u64| {
             if let Some((was, since)) = now.remove(&tid) {
-                *total.entry(was.name()).or_insert(0) += ts.saturating_sub(since);
+                *total.entry(was.name()).or_insert(0) += ts.saturating_sub(since.max(began));
             }
             if let Some(s) = state {
                 now.insert(tid, (s, ts));
@@ -171,6 +199,9 @@ fn states(events: &[proto::FtraceEvent], threads: &[i32]) -> BTreeMap<&'static s
         };
     for e in events {
         let ts = e.timestamp.unwrap_or(0);
+        if following.ended.is_some_and(|end| ts > end) {
+            break;
+        }
         if let Some(s) = &e.sched_switch {
             let (prev, next) = (s.prev_pid.unwrap_or(0), s.next_pid.unwrap_or(0));
             if threads.contains(&prev) {
@@ -199,5 +230,50 @@ fn states(events: &[proto::FtraceEvent], threads: &[i32]) -> BTreeMap<&'static s
             enter(&mut now, w.pid.unwrap_or(0), Some(TimeClass::RunQueue), ts);
         }
     }
+    if let Some(end) = following.ended {
+        for tid in now.keys().copied().collect::<Vec<_>>() {
+            enter(&mut now, tid, None, end);
+        }
+    }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn switch(ts: u64, prev: i32, prev_state: i64, next: i32) -> proto::FtraceEvent {
+        proto::FtraceEvent {
+            timestamp: Some(ts),
+            sched_switch: Some(proto::SchedSwitch {
+                prev_pid: Some(prev),
+                prev_state: Some(prev_state),
+                next_pid: Some(next),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A command's last switches come after its parent was told it exited, so after the
+    /// freeze: its states end there, as its classes do.
+    #[test]
+    fn states_end_where_following_ended() {
+        const PREEMPTED: i64 = 0x100;
+        const DEAD: i64 = 0x10;
+        let events = [
+            switch(0, 1, 1, 5),
+            switch(10, 5, PREEMPTED, 1),
+            switch(100, 1, 1, 5),
+            switch(110, 5, DEAD, 1),
+        ];
+        let at = |began, ended| states(&events, &[5], Following { began, ended });
+        let cut = at(None, Some(50));
+        assert_eq!((cut["on_cpu"], cut["run_queue"]), (10, 40));
+        let whole = at(None, None);
+        assert_eq!((whole["on_cpu"], whole["run_queue"]), (20, 90));
+        // A held child's wait for its release is fsprof's, not the command's.
+        let released = at(Some(5), Some(105));
+        assert_eq!((released["on_cpu"], released["run_queue"]), (10, 90));
+    }
 }

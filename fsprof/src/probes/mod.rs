@@ -184,6 +184,9 @@ pub struct Probes {
     timeline: Option<timeline::Consumer>,
     /// When following stopped (`freeze`): where every figure ends.
     pub frozen_at: Option<u64>,
+    /// When the target's figures began: the command's release, or the last follow of a
+    /// running one (set by `trace`; the timeline marks it).
+    pub began_at: Option<u64>,
 }
 
 /// What a load prepares before the programs are verified.
@@ -442,6 +445,7 @@ impl Probes {
             laps,
             timeline: None,
             frozen_at: None,
+            began_at: None,
         };
         if opts.floor {
             probes.attach_floor(opts, period)?;

@@ -91,7 +91,14 @@ pub fn loop_device_bytes_equal_sysfs_stat() {
         let ours = (bytes("read"), bytes("write"));
         if profile.lost.is_empty() {
             // Nothing lost: the counts must agree now, a retry would hide a counting error.
-            assert_eq!(ours, (read, written), "fsprof read/written vs sysfs");
+            assert_eq!(
+                ours,
+                (read, written),
+                "fsprof read/written vs sysfs (sysfs delta {delta:?}; rows {:?}; programs' \
+                 runs {:?})",
+                profile.block,
+                profile.probe_cost
+            );
             // The device was idle when the figures were read: nothing is in flight, and
             // no tag was reused before its request was seen completing.
             assert!(

@@ -48,19 +48,31 @@ impl State {
     }
 }
 
-/// Time per state of `threads`, from each thread's first event to its exit.
-fn thread_states(events: &[FtraceEvent], threads: &[i32]) -> BTreeMap<&'static str, u64> {
+/// The instant named `mark` on the timeline (fsprof's following began or ended).
+fn mark(d: &Decoded, mark: &str) -> u64 {
+    let at = d.track_events.iter().find(|(_, e)| event_name(e) == mark);
+    at.unwrap_or_else(|| panic!("no '{mark}' on the timeline"))
+        .0
+}
+
+/// Time per state of `threads`, from each thread's first event (or `began`) to its exit
+/// (or `ended`): where the trace's figures begin and end.
+fn thread_states(
+    events: &[FtraceEvent],
+    threads: &[i32],
+    (began, ended): (u64, u64),
+) -> BTreeMap<&'static str, u64> {
     let mut now: BTreeMap<i32, (State, u64)> = BTreeMap::new();
     let mut total = BTreeMap::new();
-    let mut enter = |now: &mut BTreeMap<i32, (State, u64)>, tid, state: Option<State>, ts| {
+    let mut enter = |now: &mut BTreeMap<i32, (State, u64)>, tid, state: Option<State>, ts: u64| {
         if let Some((was, since)) = now.remove(&tid) {
-            *total.entry(was.class()).or_insert(0) += ts - since;
+            *total.entry(was.class()).or_insert(0) += ts.saturating_sub(since.max(began));
         }
         if let Some(s) = state {
             now.insert(tid, (s, ts));
         }
     };
-    for e in events {
+    for e in events.iter().take_while(|e| e.timestamp() <= ended) {
         let ts = e.timestamp.unwrap();
         match e.event.as_ref() {
             Some(Event::SchedSwitch(s)) => {
@@ -96,6 +108,9 @@ fn thread_states(events: &[FtraceEvent], threads: &[i32]) -> BTreeMap<&'static s
             }
             _ => {}
         }
+    }
+    for tid in now.keys().copied().collect::<Vec<_>>() {
+        enter(&mut now, tid, None, ended);
     }
     total
 }
@@ -207,7 +222,11 @@ pub fn thread_states_and_block_slices_match_the_trace() {
     assert_eq!(d.threads.len() as u64, summary.threads);
     assert!(d.threads.len() >= 3, "sh and two dd: {:?}", d.threads);
 
-    let states = thread_states(&d.events, &d.threads);
+    let following = (
+        mark(&d, fsprof::aggregate::timeline::FOLLOWING_BEGAN),
+        mark(&d, fsprof::aggregate::timeline::FOLLOWING_ENDED),
+    );
+    let states = thread_states(&d.events, &d.threads, following);
     let time = &t.profile.time;
     eprintln!("timeline states {states:?}, trace {time:?}");
     for (state, fsprof) in [
