@@ -111,8 +111,12 @@ fn image(path: &Path, spec: &str) -> Result<GuestKernel> {
 /// The Debian kernel package fsprof names when the host's kernel lacks a driver.
 pub const DEBIAN_KERNEL: &str = "linux-image-amd64";
 
+/// Where `pkg` (`name[=version]`) is unpacked: virtme-ng takes only `[A-Za-z0-9_+ /.-]` in
+/// a shared directory's path (a backports version's `~` made it refuse `--rodir`), so every
+/// other character becomes `_` (Debian's names and versions have no `_` of their own).
 fn deb_dir(pkg: &str, cache: &Path) -> PathBuf {
-    cache.join(pkg.replace(['/', '='], "_"))
+    let safe = |c: char| c.is_ascii_alphanumeric() || "+.-".contains(c);
+    cache.join(pkg.replace(|c| !safe(c), "_"))
 }
 
 /// The way on when the host kernel has no `driver`: Debian's kernel in a VM, and whether it
@@ -340,6 +344,14 @@ fn output(cmd: &mut Command) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn package_directories_are_paths_virtme_ng_takes() {
+        let dir = deb_dir("linux-image-amd64=6.12.95-1~bpo12+1", Path::new("/k"));
+        assert_eq!(dir, Path::new("/k/linux-image-amd64_6.12.95-1_bpo12+1"));
+        let other = deb_dir("linux-image-6.12.57+deb13-amd64:amd64", Path::new("/k"));
+        assert_eq!(other, Path::new("/k/linux-image-6.12.57+deb13-amd64_amd64"));
+    }
 
     /// An unpacked tree is booted only while its files are those it was unpacked with.
     #[test]
