@@ -148,7 +148,22 @@ pub struct PassRun {
     /// Null until the pass finished.
     pub umount_ns: Option<u64>,
     pub capacity_after_mkfs: Capacity,
+    /// Steps run untraced before `steps` to make their input (`--only delete-tree` first
+    /// extracts the tree): preparation, not results.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prepared: Vec<Prepared>,
     pub steps: Vec<StepRun>,
+}
+
+/// A step run untraced to prepare a pass (`PassRun::prepared`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Prepared {
+    pub step: String,
+    /// Its wall, with the syncfs (and quiesce) after it.
+    pub wall_ns: u64,
+    /// Why it failed; the steps that need it are then not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]

@@ -317,6 +317,9 @@ fn summary(r: &RunResult) -> String {
         last = s.step;
     }
     o.push_str("</table>");
+    if let Some(line) = run_summary::prepared(r) {
+        let _ = write!(o, "<p>{}</p>", esc(&line));
+    }
     let failed = r.failures();
     if !failed.is_empty() {
         let _ = write!(

@@ -150,6 +150,9 @@ pub fn render(r: &RunResult) -> String {
          time class: --verbose",
         if passes == 1 { "" } else { "es" }
     );
+    if let Some(line) = prepared(r) {
+        let _ = writeln!(o, "{line}");
+    }
     if rows.iter().any(|s| s.page_cache) {
         let _ = writeln!(
             o,
@@ -159,6 +162,23 @@ pub fn render(r: &RunResult) -> String {
         );
     }
     o
+}
+
+/// The steps run untraced to prepare each pass (`--only` a step without what it needs).
+pub fn prepared(r: &RunResult) -> Option<String> {
+    let passes = r.filesystems.iter().flat_map(|f| &f.passes);
+    let mut names: Vec<&str> = Vec::new();
+    for p in passes.flat_map(|p| &p.prepared) {
+        if !names.contains(&p.step.as_str()) {
+            names.push(&p.step);
+        }
+    }
+    (!names.is_empty()).then(|| {
+        format!(
+            "prepared untraced on each pass's fresh filesystem first (not results): {}",
+            names.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ pub mod crash;
 pub mod crash_vm;
 pub mod flames;
 pub mod in_vm;
+mod preparation;
 
 use std::{
     io::IsTerminal,
@@ -167,20 +168,24 @@ impl Progress {
         } else {
             String::new()
         };
-        let line = format!(
-            "fsprof: [{}/{}] {fs} pass {pass}/{passes}: {step} (elapsed {}:{:02}{eta})",
+        self.note(&format!(
+            "[{}/{}] {fs} pass {pass}/{passes}: {step} (elapsed {}:{:02}{eta})",
             self.done + 1,
             self.total,
             el / 60,
             el % 60
-        );
-        if self.tty {
-            // Carriage return and erase-line: the next step overwrites this one.
-            eprint!("\r\x1b[2K{line}");
-        } else {
-            eprintln!("{line}");
-        }
+        ));
         self.done += 1;
+    }
+
+    /// A progress line; on a terminal the next one overwrites it.
+    fn note(&self, what: &str) {
+        if self.tty {
+            // Carriage return and erase-line.
+            eprint!("\r\x1b[2Kfsprof: {what}");
+        } else {
+            eprintln!("fsprof: {what}");
+        }
     }
 
     /// Ends the rewriting line so what follows starts on its own.
@@ -218,7 +223,8 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
     let me = std::env::current_exe().context("locating the fsprof binary")?;
 
     let suite_steps = suite_steps(opts)?;
-    for &step in &suite_steps {
+    let prepared = preparation::needed(opts.suite.steps, &suite_steps);
+    for &step in suite_steps.iter().chain(&prepared) {
         workload::prepare(step, &ctx)?;
     }
     let steps: Vec<RunStep> = suite_steps
@@ -253,7 +259,13 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
         ..Default::default()
     });
     let mut progress = Progress::new(opts.filesystems.len() * opts.passes as usize * steps.len());
-    let outcome = run_matrix(opts, &steps, &mut ctx, size, &me, result, &mut progress);
+    let m = Matrix {
+        opts,
+        steps: &steps,
+        prepared: &prepared,
+        me: &me,
+    };
+    let outcome = run_matrix(&m, &mut ctx, size, result, &mut progress);
     progress.finish();
     match &outcome {
         Ok(()) => result.complete = true,
@@ -301,7 +313,9 @@ fn suite_steps(opts: &RunOptions) -> Result<Vec<Step>> {
 
 /// Makes the workload sources of the run's steps under `ctx.src` (kept between runs).
 pub fn prepare_sources(opts: &RunOptions, ctx: &crate::workload::Ctx) -> Result<()> {
-    for step in suite_steps(opts)? {
+    let steps = suite_steps(opts)?;
+    let prepared = preparation::needed(opts.suite.steps, &steps);
+    for &step in steps.iter().chain(&prepared) {
         workload::prepare(step, ctx)?;
     }
     Ok(())
@@ -339,18 +353,19 @@ fn pass_order(filesystems: usize, pass: u32) -> impl Iterator<Item = usize> {
 struct Matrix<'a> {
     opts: &'a RunOptions,
     steps: &'a [RunStep],
+    /// Run untraced first on every pass (`preparation`).
+    prepared: &'a [workload::Step],
     me: &'a std::path::Path,
 }
 
 fn run_matrix(
-    opts: &RunOptions,
-    steps: &[RunStep],
+    m: &Matrix,
     ctx: &mut workload::Ctx,
     size: u64,
-    me: &std::path::Path,
     result: &mut RunResult,
     progress: &mut Progress,
 ) -> Result<()> {
+    let opts = m.opts;
     let labs: Vec<LabOptions> = opts
         .filesystems
         .iter()
@@ -364,7 +379,6 @@ fn run_matrix(
             ..Default::default()
         });
     }
-    let m = Matrix { opts, steps, me };
     for pass in 1..=opts.passes {
         for i in pass_order(labs.len(), pass) {
             let kind = opts.filesystems[i];
@@ -413,6 +427,22 @@ impl Matrix<'_> {
         });
         ctx.dir = labfs.mountpoint().to_path_buf();
         let mut failed: Vec<String> = Vec::new();
+        if !self.prepared.is_empty() {
+            progress.note(&format!("{kind} pass {pass}: preparing (untraced)"));
+            let prepared =
+                preparation::run(self.prepared, self.me, ctx, &labfs, self.opts.quiesce)?;
+            for p in &prepared {
+                if let Some(e) = &p.error {
+                    eprintln!(
+                        "fsprof: preparing {} failed on {kind} (pass {pass}): {e}",
+                        p.step
+                    );
+                    failed.push(p.step.clone());
+                }
+            }
+            let pass_run = result.filesystems[fs_index].passes.last_mut();
+            pass_run.expect("pushed above").prepared = prepared;
+        }
         for step in self.steps {
             signals::check()?;
             progress.step(kind, pass, self.opts.passes, &step.name());

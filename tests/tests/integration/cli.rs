@@ -495,5 +495,5 @@ pub fn readme_commands_run_as_written() {
         .output()
         .unwrap();
     let listed = String::from_utf8_lossy(&history.stdout);
-    assert!(listed.starts_with("4 runs"), "{listed}");
+    assert!(listed.starts_with("5 runs"), "{listed}");
 }
