@@ -9,7 +9,7 @@ use std::{fmt::Write as _, path::Path};
 use super::{
     charts::{self, Bar},
     escape as esc, run_summary,
-    run_table::{clock, median_cells},
+    run_table::median_cells,
     table,
 };
 use fsprof_common::TimeClass;
@@ -308,7 +308,7 @@ fn summary(r: &RunResult) -> String {
             "<tr><td>{step}</td><td>{}</td><td>{}</td><td>{:.0}%</td><td>{} {:.0}%</td>\
              <td>{:.2}×</td><td>{cache}</td></tr>",
             esc(&s.fs),
-            clock(s.wall_ns),
+            run_summary::result(&s),
             s.cpu_percent,
             s.mostly,
             100.0 * s.mostly_share,
@@ -319,6 +319,10 @@ fn summary(r: &RunResult) -> String {
     o.push_str("</table>");
     if let Some(line) = run_summary::prepared(r) {
         let _ = write!(o, "<p>{}</p>", esc(&line));
+    }
+    let rows = run_summary::rows(r);
+    if rows.iter().any(|s| s.tps.is_some()) {
+        let _ = write!(o, "<p>{}</p>", esc(run_summary::RATE_NOTE));
     }
     let failed = r.failures();
     if !failed.is_empty() {
@@ -505,6 +509,13 @@ pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Res
             }
             let m = median_cells(&runs).map(seconds);
             let _ = writeln!(o, "| {} | {} |", f.column(), m.join(" | "));
+        }
+        let rated: Vec<String> = (run_summary::rows(r).iter())
+            .filter(|s| s.step == step && s.tps.is_some())
+            .map(|s| format!("{} {} ({:.2}×)", s.fs, run_summary::result(s), s.vs_fastest))
+            .collect();
+        if !rated.is_empty() {
+            let _ = writeln!(o, "\nJudged by its rate (median): {}.", rated.join(", "));
         }
         let svg = charts_dir.join(format!("{step}.svg"));
         std::fs::write(&svg, time_chart(r, &step))?;

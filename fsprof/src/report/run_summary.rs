@@ -8,6 +8,7 @@ use fsprof_common::TIME_CLASSES;
 
 use crate::analysis::stats::median;
 use crate::results::{RunResult, StepRun};
+use crate::workload::pgbench::TPS;
 
 use super::run_table::clock;
 use super::table::table;
@@ -28,8 +29,12 @@ pub struct SummaryRow {
     /// The time class that held most of the target's thread time, and its share.
     pub mostly: &'static str,
     pub mostly_share: f64,
-    /// Median wall over the fastest filesystem's median wall for this step.
+    /// Median wall over the fastest filesystem's median wall for this step; for a step
+    /// judged by its rate, the best median rate over this one's.
     pub vs_fastest: f64,
+    /// The step's own figure of merit when every pass has one (pgbench's transactions per
+    /// second, median): a fixed-duration step is judged by it, not by its wall.
+    pub tps: Option<f64>,
     pub page_cache: bool,
 }
 
@@ -54,6 +59,18 @@ fn moved(s: &StepRun) -> (u64, u64) {
         .map(|b| b.bytes)
         .sum();
     (calls, block)
+}
+
+/// The median of the passes' `TPS`, when each has one.
+fn tps(runs: &[&StepRun]) -> Option<f64> {
+    let rates: Option<Vec<f64>> = (runs.iter()).map(|s| s.metrics.get(TPS).copied()).collect();
+    let mut rates = rates.filter(|r| !r.is_empty())?;
+    rates.sort_by(f64::total_cmp);
+    let n = rates.len();
+    Some(match n % 2 {
+        1 => rates[n / 2],
+        _ => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
+    })
 }
 
 fn row(step: &str, fs: &str, runs: &[&StepRun]) -> SummaryRow {
@@ -91,6 +108,7 @@ fn row(step: &str, fs: &str, runs: &[&StepRun]) -> SummaryRow {
             top as f64 / all as f64
         },
         vs_fastest: 1.0,
+        tps: tps(runs),
         page_cache: calls >= CACHE_MIN_BYTES * runs.len() as u64
             && (block as f64) < CACHE_SHARE * calls as f64,
     }
@@ -108,9 +126,16 @@ pub fn rows(r: &RunResult) -> Vec<SummaryRow> {
                 (!runs.is_empty()).then(|| row(&step, &f.column(), &runs))
             })
             .collect();
+        let rates: Option<Vec<f64>> = rows.iter().map(|r| r.tps).collect();
         let fastest = rows.iter().map(|r| r.wall_ns).min().unwrap_or(0).max(1);
+        let best = rates
+            .as_ref()
+            .map(|r| r.iter().copied().fold(0.0, f64::max));
         for r in &mut rows {
-            r.vs_fastest = r.wall_ns as f64 / fastest as f64;
+            r.vs_fastest = match (best, r.tps) {
+                (Some(best), Some(tps)) if tps > 0.0 => best / tps,
+                _ => r.wall_ns as f64 / fastest as f64,
+            };
         }
         out.extend(rows);
     }
@@ -130,7 +155,7 @@ pub fn render(r: &RunResult) -> String {
             vec![
                 step.to_string(),
                 s.fs.clone(),
-                clock(s.wall_ns),
+                result(s),
                 format!("{:.0}%", s.cpu_percent),
                 format!("{} {:.0}%", s.mostly, 100.0 * s.mostly_share),
                 format!("{:.2}×", s.vs_fastest),
@@ -153,6 +178,9 @@ pub fn render(r: &RunResult) -> String {
     if let Some(line) = prepared(r) {
         let _ = writeln!(o, "{line}");
     }
+    if rows.iter().any(|s| s.tps.is_some()) {
+        let _ = writeln!(o, "{RATE_NOTE}");
+    }
     if rows.iter().any(|s| s.page_cache) {
         let _ = writeln!(
             o,
@@ -163,6 +191,18 @@ pub fn render(r: &RunResult) -> String {
     }
     o
 }
+
+/// What a row's time column shows: the step's rate when it is judged by one, else its wall.
+pub fn result(s: &SummaryRow) -> String {
+    match s.tps {
+        Some(tps) => format!("{tps:.1} tps"),
+        None => clock(s.wall_ns),
+    }
+}
+
+/// Says how a step judged by its rate is shown.
+pub const RATE_NOTE: &str = "tps: the step's own transactions per second (median), for a \
+    step whose time is fixed; its vs fastest is the best tps over its own";
 
 /// The steps run untraced to prepare each pass (`--only` a step without what it needs).
 pub fn prepared(r: &RunResult) -> Option<String> {
@@ -224,6 +264,31 @@ mod tests {
                 .collect(),
             ..FsRun::default()
         }
+    }
+
+    /// pgbench runs for a fixed time: its rows show and rank its rate, not its wall.
+    #[test]
+    fn a_fixed_time_step_is_judged_by_its_rate() {
+        let bench = |wall_s, tps| {
+            let mut s = cell("pgbench", wall_s, 0, 0, 0);
+            s.metrics.insert(TPS.into(), tps);
+            s
+        };
+        let r = RunResult {
+            filesystems: vec![
+                fs(
+                    "ext4",
+                    vec![vec![bench(10, 2000.0)], vec![bench(10, 2400.0)]],
+                ),
+                fs("xfs", vec![vec![bench(11, 1100.0)]]),
+            ],
+            ..RunResult::default()
+        };
+        let rows = rows(&r);
+        assert_eq!(rows[0].tps, Some(2200.0));
+        assert_eq!((rows[0].vs_fastest, rows[1].vs_fastest), (1.0, 2.0));
+        assert_eq!(result(&rows[1]), "1100.0 tps");
+        assert!(render(&r).contains(RATE_NOTE));
     }
 
     #[test]

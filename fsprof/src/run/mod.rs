@@ -570,10 +570,7 @@ impl Matrix<'_> {
             trace_opts.kill_leftovers_in = None;
         }
         let trace = trace::run(&trace_opts)?;
-        let mut metrics = std::collections::BTreeMap::new();
-        if let Some(tps) = server.as_ref().and_then(|s| s.tps()) {
-            metrics.insert("tps".to_string(), tps);
-        }
+        let metrics = server.as_ref().map(PgServer::metrics).unwrap_or_default();
         drop(server);
         let deletes = matches!(step, RunStep::Builtin(s) if s.deletes());
         Ok(StepRun {

@@ -4,6 +4,7 @@
 //! processes, and stops the server whatever happens.
 
 use std::{
+    collections::BTreeMap,
     fs,
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
@@ -185,14 +186,30 @@ impl PgServer {
         self.socket_dir.join("pgbench.out")
     }
 
-    /// Transactions per second from the last pgbench report.
-    pub fn tps(&self) -> Option<f64> {
-        let text = fs::read_to_string(self.report()).ok()?;
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix("tps = "))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    /// pgbench's own figures from its last report: `tps` and `latency_ms` (its average).
+    pub fn metrics(&self) -> BTreeMap<String, f64> {
+        let text = fs::read_to_string(self.report()).unwrap_or_default();
+        report_metrics(&text)
     }
 }
+
+/// The figures a pgbench report states (`tps = 2371.8 (without initial connection time)`,
+/// `latency average = 4.213 ms`).
+fn report_metrics(text: &str) -> BTreeMap<String, f64> {
+    let value = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    };
+    [(TPS, "tps = "), ("latency_ms", "latency average = ")]
+        .into_iter()
+        .filter_map(|(name, prefix)| Some((name.to_string(), value(prefix)?)))
+        .collect()
+}
+
+/// pgbench's figure of merit (transactions per second, higher is better): its step is
+/// judged by it, not by its wall, which `-T` fixes.
+pub const TPS: &str = "tps";
 
 impl Drop for PgServer {
     fn drop(&mut self) {
@@ -207,5 +224,20 @@ impl Drop for PgServer {
             ])
             .output();
         let _ = fs::remove_dir_all(&self.socket_dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reports_figures_are_read() {
+        let text = "number of failed transactions: 0 (0.000%)\nlatency average = 4.213 ms\n\
+                    initial connection time = 12.071 ms\ntps = 2371.802 (without initial connection time)\n";
+        let m = report_metrics(text);
+        assert_eq!(m[TPS], 2371.802);
+        assert_eq!(m["latency_ms"], 4.213);
+        assert!(report_metrics("").is_empty());
     }
 }

@@ -527,7 +527,7 @@ pub fn missing_mkfs_tools_are_one_line_errors() {
 }
 
 pub fn external_and_pgbench_steps_are_traced() {
-    let (_, r) = run_ok(
+    let (said, r) = run_ok(
         "external",
         &[
             "--suite",
@@ -555,6 +555,13 @@ pub fn external_and_pgbench_steps_are_traced() {
         "{:?}",
         pg.metrics
     );
+    // Its summary row is its rate (pgbench ran for the 3 s it was given), and its average
+    // latency is kept: clients / latency is the rate, as pgbench computes it.
+    let tps = pg.metrics["tps"];
+    assert!(said.contains(&format!("{tps:.1} tps")), "{said}");
+    let latency_s = pg.metrics["latency_ms"] / 1e3;
+    let implied = 2.0 / latency_s;
+    assert!((implied - tps).abs() <= 0.05 * tps, "{:?}", pg.metrics);
     let fsyncs: u64 = pg
         .trace
         .profile
@@ -699,7 +706,7 @@ pub fn a_failed_cell_does_not_stop_the_study() {
         "{stdout}"
     );
     let csv = std::fs::read_to_string(json.with_extension("csv")).unwrap();
-    assert!(csv.lines().next().unwrap().ends_with(",error"), "{csv}");
+    assert!(csv.lines().next().unwrap().ends_with(",error,tps"), "{csv}");
     assert!(csv.contains("exited with status"), "{csv}");
     // Explain says the cell failed; compare leaves it out and says so.
     let explain = Command::new(fsprof_bin())
