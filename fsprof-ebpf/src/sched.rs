@@ -284,9 +284,14 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
             // The wakeup may run on another CPU while the thread's own switch-out is still
             // being traced (its waker waits for it to leave the CPU only after this
             // tracepoint): a clock read before that switch-out's must not start a phase
-            // before it, or the time between is counted twice (480 ns once in CI).
-            let ts = now().max((*t).off_since);
-            if (*t).off_since != 0 && (*t).off_class != TimeClass::RunQueue as u32 {
+            // before it, or the time between is counted twice (480 ns once in CI). One
+            // read: read twice, the switch-out could set it between the two (0, then its
+            // own later stamp), and the phase began before it (45 µs once under a busy
+            // neighbour). Wakeups are serialised (p->pi_lock), and the switch-out only
+            // sets it from 0, so it holds still from here.
+            let since = core::ptr::read_volatile(&raw const (*t).off_since);
+            let ts = now().max(since);
+            if since != 0 && (*t).off_class != TimeClass::RunQueue as u32 {
                 if let Some((class, ns)) = close_phase(t, ts)
                     && conf!(stacks) != 0
                 {
