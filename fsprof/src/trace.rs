@@ -307,6 +307,8 @@ fn followed_cpu_ns(pids: &[u32]) -> (u64, u64) {
 /// Syscalls that wait for children: a parent's time in them is its children's, counted
 /// already in theirs.
 pub const WAIT_FOR_CHILD: &[&str] = &["wait4", "waitid", "waitpid"];
+/// The kernel function all of them wait in (kernel/exit.c).
+pub const WAIT_FOR_CHILD_KERNEL: &str = "do_wait";
 
 impl TraceResult {
     pub fn cpu_percent(&self) -> f64 {

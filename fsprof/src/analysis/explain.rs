@@ -167,16 +167,15 @@ impl<'a> Cell<'a> {
     fn waited_for(&self) -> Vec<(String, u64)> {
         metrics::waited_for_medians(&self.runs)
     }
-    /// The heaviest (blocked stack, waker) pair of the first pass, as a sentence part.
+    /// The heaviest (blocked stack, waker) pair of the first pass, as a sentence part; a
+    /// parent's wait for its children (pgbench's `runuser`) is their time, not a wait.
     fn top_wake(&self) -> Option<String> {
-        let t = self
-            .runs
-            .first()?
-            .trace
-            .stacks
-            .as_ref()?
-            .top_wakes
-            .first()?;
+        let stacks = self.runs.first()?.trace.stacks.as_ref()?;
+        let t = (stacks.top_wakes.iter()).find(|t| {
+            !t.blocked
+                .iter()
+                .any(|f| f == crate::trace::WAIT_FOR_CHILD_KERNEL)
+        })?;
         let frames = |f: &[String]| {
             wakes::past_plumbing(f)
                 .iter()
