@@ -289,8 +289,9 @@ fn summary(r: &RunResult) -> String {
         "<h2>Summary</h2><table class=\"grid\"><tr><th>step</th><th>fs</th><th>time</th>\
          <th>CPU</th><th>mostly</th><th>vs fastest</th><th></th></tr>",
     );
-    let mut last = String::new();
-    for s in run_summary::rows(r) {
+    let mut last = "";
+    let rows = run_summary::rows(r);
+    for s in &rows {
         let step = if s.step == last {
             String::new()
         } else {
@@ -308,19 +309,18 @@ fn summary(r: &RunResult) -> String {
             "<tr><td>{step}</td><td>{}</td><td>{}</td><td>{:.0}%</td><td>{} {:.0}%</td>\
              <td>{:.2}×</td><td>{cache}</td></tr>",
             esc(&s.fs),
-            run_summary::result(&s),
+            run_summary::result(s),
             s.cpu_percent,
             s.mostly,
             100.0 * s.mostly_share,
             s.vs_fastest
         );
-        last = s.step;
+        last = &s.step;
     }
     o.push_str("</table>");
     if let Some(line) = run_summary::prepared(r) {
         let _ = write!(o, "<p>{}</p>", esc(&line));
     }
-    let rows = run_summary::rows(r);
     if rows.iter().any(|s| s.tps.is_some()) {
         let _ = write!(o, "<p>{}</p>", esc(run_summary::RATE_NOTE));
     }
@@ -496,6 +496,7 @@ pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Res
     if let Some(vm) = &r.vm {
         let _ = writeln!(o, "Ran {}.\n", vm.describe());
     }
+    let summary = run_summary::rows(r);
     for step in r.step_names() {
         let _ = writeln!(o, "## {step}\n");
         let _ = writeln!(
@@ -510,7 +511,7 @@ pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Res
             let m = median_cells(&runs).map(seconds);
             let _ = writeln!(o, "| {} | {} |", f.column(), m.join(" | "));
         }
-        let rated: Vec<String> = (run_summary::rows(r).iter())
+        let rated: Vec<String> = (summary.iter())
             .filter(|s| s.step == step && s.tps.is_some())
             .map(|s| format!("{} {} ({:.2}×)", s.fs, run_summary::result(s), s.vs_fastest))
             .collect();

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use fsprof_common::TIME_CLASSES;
 
-use crate::analysis::stats::median;
+use crate::analysis::stats::{median, median_f64};
 use crate::results::{RunResult, StepRun};
 use crate::workload::pgbench::TPS;
 
@@ -64,13 +64,7 @@ fn moved(s: &StepRun) -> (u64, u64) {
 /// The median of the passes' `TPS`, when each has one.
 fn tps(runs: &[&StepRun]) -> Option<f64> {
     let rates: Option<Vec<f64>> = (runs.iter()).map(|s| s.metrics.get(TPS).copied()).collect();
-    let mut rates = rates.filter(|r| !r.is_empty())?;
-    rates.sort_by(f64::total_cmp);
-    let n = rates.len();
-    Some(match n % 2 {
-        1 => rates[n / 2],
-        _ => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
-    })
+    rates.filter(|r| !r.is_empty()).map(median_f64)
 }
 
 fn row(step: &str, fs: &str, runs: &[&StepRun]) -> SummaryRow {

@@ -222,11 +222,7 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
     let size = opts.size.unwrap_or_else(|| opts.suite.image_size(&ctx));
     let me = std::env::current_exe().context("locating the fsprof binary")?;
 
-    let suite_steps = suite_steps(opts)?;
-    let prepared = preparation::needed(opts.suite.steps, &suite_steps);
-    for &step in suite_steps.iter().chain(&prepared) {
-        workload::prepare(step, &ctx)?;
-    }
+    let (suite_steps, prepared) = prepare_sources(opts, &ctx)?;
     let steps: Vec<RunStep> = suite_steps
         .iter()
         .map(|&s| RunStep::Builtin(s))
@@ -281,6 +277,18 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
     outcome
 }
 
+/// How a built-in step runs, traced in its cell or untraced as preparation: `fsprof
+/// workload STEP --ctx JSON`.
+fn workload_command(me: &std::path::Path, step: Step, ctx: &workload::Ctx) -> Result<Vec<String>> {
+    Ok(vec![
+        me.display().to_string(),
+        "workload".into(),
+        step.name().into(),
+        "--ctx".into(),
+        serde_json::to_string(ctx)?,
+    ])
+}
+
 fn wanted(opts: &RunOptions, name: &str) -> bool {
     opts.only.is_empty() || opts.only.iter().any(|o| o == name)
 }
@@ -311,14 +319,18 @@ fn suite_steps(opts: &RunOptions) -> Result<Vec<Step>> {
         .collect())
 }
 
-/// Makes the workload sources of the run's steps under `ctx.src` (kept between runs).
-pub fn prepare_sources(opts: &RunOptions, ctx: &crate::workload::Ctx) -> Result<()> {
+/// Makes the workload sources of the run's steps and of their preparation under `ctx.src`
+/// (kept between runs); returns both lists.
+pub fn prepare_sources(
+    opts: &RunOptions,
+    ctx: &crate::workload::Ctx,
+) -> Result<(Vec<Step>, Vec<Step>)> {
     let steps = suite_steps(opts)?;
     let prepared = preparation::needed(opts.suite.steps, &steps);
     for &step in steps.iter().chain(&prepared) {
         workload::prepare(step, ctx)?;
     }
-    Ok(())
+    Ok((steps, prepared))
 }
 
 fn lab_options(opts: &RunOptions, kind: FsKind, size: u64) -> LabOptions {
@@ -531,13 +543,7 @@ impl Matrix<'_> {
             _ => None,
         };
         let command = match step {
-            RunStep::Builtin(s) => vec![
-                self.me.display().to_string(),
-                "workload".into(),
-                s.name().into(),
-                "--ctx".into(),
-                serde_json::to_string(ctx)?,
-            ],
+            RunStep::Builtin(s) => workload_command(self.me, *s, ctx)?,
             RunStep::Command { template, .. } => {
                 vec!["sh".into(), "-c".into(), template.replace("{mnt}", &mnt)]
             }

@@ -52,13 +52,9 @@ pub fn run(
 
 fn prepare(step: Step, me: &Path, ctx: &Ctx, labfs: &LabFs, quiesced: bool) -> Result<()> {
     let mnt = labfs.mountpoint();
-    let out = Command::new(me)
-        .args([
-            "workload",
-            step.name(),
-            "--ctx",
-            &serde_json::to_string(ctx)?,
-        ])
+    let argv = super::workload_command(me, step, ctx)?;
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
         .current_dir(mnt)
         .output()
         .with_context(|| format!("running {}", me.display()))?;
