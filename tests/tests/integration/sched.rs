@@ -247,7 +247,14 @@ pub fn threads_left_running_are_read_at_one_instant() {
         fds.display(),
         pidfile.display()
     );
-    let (_, t) = trace_sh(&[], &dir.0.join("t.json"), &script);
+    // Its timeline too: the loop's states end where following ended, as its classes do.
+    let timeline = dir.0.join("t.pftrace");
+    let (_, t) = trace_sh(
+        &["--timeline", timeline.to_str().unwrap()],
+        &dir.0.join("t.json"),
+        &script,
+    );
+    checked(&[&timeline]);
     assert!(t.profile.time.open_threads >= 1, "{:?}", t.profile.time);
     // Besides its standard streams and the directory ls reads, every descriptor a program
     // of the command had was this test's (given to fsprof).
