@@ -471,8 +471,8 @@ fn judged(r: &Row) -> String {
     );
     match (r.verdict, r.passes_needed) {
         (Verdict::Regression | Verdict::Improvement, _) => format!(
-            "a clear difference (q = {:.3}, {passes})",
-            r.q.unwrap_or_default()
+            "a clear difference ({}, {passes})",
+            super::verdict::q_clause(r.q.unwrap_or_default())
         ),
         (Verdict::Inconclusive, Some(n)) => {
             format!("not clear from {passes}: about {n} passes each would settle it")

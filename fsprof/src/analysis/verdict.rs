@@ -249,6 +249,23 @@ fn priors(pairs: &[(&Metric, &Metric)], changes: &[Change]) -> Vec<(Kind, usize,
 }
 
 /// Judges a family of (base, new) figures.
+/// A q-value as the reports print it: three decimals, or "< 0.001" (not "0.000").
+pub fn show_q(q: f64) -> String {
+    match q < 0.0005 {
+        true => "< 0.001".into(),
+        false => format!("{q:.3}"),
+    }
+}
+
+/// "q = 0.012", or "q < 0.001".
+pub fn q_clause(q: f64) -> String {
+    let shown = show_q(q);
+    match shown.starts_with('<') {
+        true => format!("q {shown}"),
+        false => format!("q = {shown}"),
+    }
+}
+
 pub fn judge(pairs: &[(&Metric, &Metric)], rule: &Rule) -> Family {
     let changes: Vec<Change> = pairs.iter().map(|(b, n)| Change::of(b, n)).collect();
     let kinds = priors(pairs, &changes);
@@ -346,6 +363,14 @@ fn passes_needed(c: &Change, prior: &Prior, cut: f64) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tiny_q_values_are_not_printed_as_zero() {
+        assert_eq!(q_clause(0.0), "q < 0.001");
+        assert_eq!(q_clause(0.0004), "q < 0.001");
+        assert_eq!(q_clause(0.0123), "q = 0.012");
+        assert_eq!(show_q(0.5), "0.500");
+    }
 
     fn m(kind: Kind, v: &[f64]) -> Metric {
         Metric {

@@ -25,7 +25,8 @@ pub enum Format {
     Csv,
     /// Normalised JSON.
     Json,
-    /// Markdown, charts as SVG files in RESULTS.charts/.
+    /// Markdown for a post; with -o its pictures (charts, flame graphs) go into a folder
+    /// beside it, else the charts go into RESULTS.charts/.
     Markdown,
 }
 
@@ -48,6 +49,23 @@ pub struct ReportArgs {
     /// The table with every pass and time class, not just the summary.
     #[arg(long, short)]
     verbose: bool,
+    /// Write the report to this file, not to standard output (a markdown post: with its
+    /// pictures in POST-pictures/ beside it).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+}
+
+/// `text` to the report's output file, or to standard output.
+fn emit(a: &ReportArgs, text: &str) -> Result<()> {
+    match &a.output {
+        Some(path) => {
+            std::fs::create_dir_all(results::dir_of(path))?;
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("fsprof: report in {}", path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
 }
 
 pub fn report_cmd(a: ReportArgs) -> Result<ExitCode> {
@@ -59,18 +77,14 @@ pub fn report_cmd(a: ReportArgs) -> Result<ExitCode> {
         write_html(&r, &a.results, path)?;
         return Ok(ExitCode::SUCCESS);
     }
-    match a.format {
-        Format::Table => print!("{}", report::run_table::render(&r, a.verbose)),
-        Format::Csv => print!("{}", r.to_csv()),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
-        Format::Markdown => {
-            let dir = results::dir_of(&a.results);
-            print!(
-                "{}",
-                report::html::markdown(&r, &a.results.with_extension("charts"), dir)?
-            );
-        }
-    }
+    let text = match a.format {
+        Format::Table => report::run_table::render(&r, a.verbose),
+        Format::Csv => r.to_csv(),
+        Format::Json => serde_json::to_string_pretty(&r)? + "\n",
+        Format::Markdown => report::markdown::render(&r, &a.results, a.output.as_deref())
+            .context("writing the post's pictures")?,
+    };
+    emit(&a, &text)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -82,12 +96,13 @@ fn crash_report(study: &results::crash::CrashStudy, a: &ReportArgs) -> Result<Ex
         eprintln!("fsprof: HTML report in {}", path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    match a.format {
-        Format::Table => print!("{}", report::crash::render(study)),
-        Format::Csv => print!("{}", report::crash::to_csv(study)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(study)?),
-        Format::Markdown => print!("{}", report::crash::markdown(study)),
-    }
+    let text = match a.format {
+        Format::Table => report::crash::render(study),
+        Format::Csv => report::crash::to_csv(study),
+        Format::Json => serde_json::to_string_pretty(study)? + "\n",
+        Format::Markdown => report::crash::markdown(study),
+    };
+    emit(a, &text)?;
     Ok(ExitCode::SUCCESS)
 }
 

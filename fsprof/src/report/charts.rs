@@ -19,7 +19,7 @@ const COLORS: [&str; 6] = [
 ];
 
 /// The opening of a chart: `<svg class="chart">`, its tooltip title and the bold heading.
-fn open(w: f64, h: f64, left: f64, font: u32, title: &str) -> String {
+pub(super) fn open(w: f64, h: f64, left: f64, font: u32, title: &str) -> String {
     format!(
         r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="{font}"><title>{t}</title><text x="{left}" y="{ty}" font-size="{hf}" font-weight="bold">{t}</text>"#,
         t = esc(title),

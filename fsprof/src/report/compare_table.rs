@@ -13,7 +13,7 @@ fn value(r: &Row, v: f64) -> String {
     }
 }
 
-fn verdict(r: &Row) -> String {
+pub fn verdict(r: &Row) -> String {
     match (r.verdict, r.passes_needed) {
         _ if r.machine_differed => "inconclusive: machine differed".into(),
         (Verdict::Regression, _) => "REGRESSION".into(),
@@ -93,7 +93,8 @@ pub fn cells_of(r: &Row) -> Vec<String> {
         r.ci_pct
             .map(|(a, b)| format!("[{a:+.1}, {b:+.1}]%"))
             .unwrap_or_else(|| "-".into()),
-        r.q.map(|q| format!("{q:.3}")).unwrap_or_else(|| "-".into()),
+        r.q.map(crate::analysis::verdict::show_q)
+            .unwrap_or_else(|| "-".into()),
         format!("{}/{}", r.n_base, r.n_new),
         verdict(r),
     ]

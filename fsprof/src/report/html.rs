@@ -8,7 +8,7 @@ use std::{fmt::Write as _, path::Path};
 
 use super::{
     charts::{self, Bar},
-    escape as esc, run_summary,
+    escape as esc, explain, matrix, run_summary,
     run_table::median_cells,
     table,
 };
@@ -283,15 +283,16 @@ fn waited_for(r: &RunResult, step: &str) -> String {
 
 /// The summary on top: per step and filesystem the median time, CPU, where the time went
 /// and the ratio to the fastest, each step linking to its section; page-cache steps flagged.
-fn summary(r: &RunResult) -> String {
+fn summary(r: &RunResult, rows: &[run_summary::SummaryRow]) -> String {
     let steps = r.step_names();
-    let mut o = String::from(
-        "<h2>Summary</h2><table class=\"grid\"><tr><th>step</th><th>fs</th><th>time</th>\
+    let mut o = String::from("<h2>Summary</h2>");
+    o.push_str(&matrix::html(r, rows));
+    o.push_str(
+        "<table class=\"grid\"><tr><th>step</th><th>fs</th><th>time</th>\
          <th>CPU</th><th>mostly</th><th>vs fastest</th><th></th></tr>",
     );
     let mut last = "";
-    let rows = run_summary::rows(r);
-    for s in &rows {
+    for s in rows {
         let step = if s.step == last {
             String::new()
         } else {
@@ -420,7 +421,9 @@ th:first-child,td:first-child{text-align:left}.grid td,.grid th{border-bottom:1p
 .facts th{text-align:left;color:#555}.charts{display:flex;flex-wrap:wrap;gap:12px}\
 .flames iframe{width:100%;height:620px;border:1px solid #ccc}\
 .pick button{margin:2px;font-size:12px}.pick button.on{background:#2e86ab;color:#fff}\
-.warn{color:#b00;font-weight:bold}.waits{font-size:13px;margin:4px 0}";
+.warn{color:#b00;font-weight:bold}.waits{font-size:13px;margin:4px 0}\
+.why{background:#f6f8fa;border-left:4px solid #2e86ab;padding:4px 12px;margin:8px 0}\
+.why ul{margin:4px 0;font-size:14px}.matrix td{text-align:center}.matrix a{color:#222;text-decoration:none}";
 
 /// Loads a flame graph on demand; counts the rendered charts into `data-charts` (the
 /// report's test reads it from the DOM).
@@ -458,9 +461,13 @@ pub fn render(r: &RunResult, results: &Path, html: &Path) -> String {
         esc(&fs.join(", ")),
         facts(r)
     );
-    o.push_str(&summary(r));
+    let rows = run_summary::rows(r);
+    o.push_str(&summary(r, &rows));
     for (i, step) in r.step_names().iter().enumerate() {
         let _ = write!(o, "<h2 id=\"step{i}\">{}</h2>", esc(step));
+        if let Some(why) = explain::step(r, results, &rows, step) {
+            o.push_str(&why.html(&base));
+        }
         o.push_str(&table(r, step));
         o.push_str(&waited_for(r, step));
         o.push_str("<div class=\"charts\">");
@@ -474,56 +481,6 @@ pub fn render(r: &RunResult, results: &Path, html: &Path) -> String {
     }
     o.push_str("</body></html>\n");
     o
-}
-
-/// Markdown for a blog: per step a table and the time chart, written as an SVG file into
-/// `charts_dir` and linked relative to the markdown's directory `md_dir`.
-pub fn markdown(r: &RunResult, charts_dir: &Path, md_dir: &Path) -> std::io::Result<String> {
-    std::fs::create_dir_all(charts_dir)?;
-    let mut o = String::new();
-    let fs: Vec<String> = r.filesystems.iter().map(|f| f.column()).collect();
-    let _ = writeln!(
-        o,
-        "# fsprof run: suite {} on {}\n\nKernel {}, {} CPUs, {} memory; scale {}, {} (medians shown).\n",
-        r.suite,
-        fs.join(", "),
-        r.kernel,
-        r.cpus,
-        bytes(r.memory_bytes),
-        r.scale,
-        count(r.passes, "pass", "passes")
-    );
-    if let Some(vm) = &r.vm {
-        let _ = writeln!(o, "Ran {}.\n", vm.describe());
-    }
-    let summary = run_summary::rows(r);
-    for step in r.step_names() {
-        let _ = writeln!(o, "## {step}\n");
-        let _ = writeln!(
-            o,
-            "| fs | wall | user | sys | kernel bg | I/O wait | other D | run-queue | syncfs | quiesce | probes |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-        );
-        for f in &r.filesystems {
-            let runs = f.runs_of(&step);
-            if runs.is_empty() {
-                continue;
-            }
-            let m = median_cells(&runs).map(seconds);
-            let _ = writeln!(o, "| {} | {} |", f.column(), m.join(" | "));
-        }
-        let rated: Vec<String> = (summary.iter())
-            .filter(|s| s.step == step && s.tps.is_some())
-            .map(|s| format!("{} {} ({:.2}×)", s.fs, run_summary::result(s), s.vs_fastest))
-            .collect();
-        if !rated.is_empty() {
-            let _ = writeln!(o, "\nJudged by its rate (median): {}.", rated.join(", "));
-        }
-        let svg = charts_dir.join(format!("{step}.svg"));
-        std::fs::write(&svg, time_chart(r, &step))?;
-        let rel = svg.strip_prefix(md_dir).unwrap_or(&svg);
-        let _ = writeln!(o, "\n![{step}: time per filesystem]({})\n", rel.display());
-    }
-    Ok(o)
 }
 
 #[cfg(test)]

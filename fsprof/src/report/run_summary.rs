@@ -136,6 +136,15 @@ pub fn rows(r: &RunResult) -> Vec<SummaryRow> {
     out
 }
 
+/// A step's slowest and fastest filesystem by `vs_fastest` (its wall, or its rate for a
+/// step judged by one); None for a step that ran on fewer than two, or ran alike on all.
+pub fn slowest_and_fastest<'a>(rows: &'a [SummaryRow], step: &str) -> Option<(&'a str, &'a str)> {
+    let of_step = || rows.iter().filter(|r| r.step == step);
+    let slow = of_step().max_by(|a, b| a.vs_fastest.total_cmp(&b.vs_fastest))?;
+    let fast = of_step().min_by(|a, b| a.vs_fastest.total_cmp(&b.vs_fastest))?;
+    (slow.fs != fast.fs).then_some((slow.fs.as_str(), fast.fs.as_str()))
+}
+
 /// The summary table for the terminal.
 pub fn render(r: &RunResult) -> String {
     let rows = rows(r);

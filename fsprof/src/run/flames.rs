@@ -1,5 +1,6 @@
 //! Flame graphs of a run: per cell (filesystem × step) the passes' folded stacks summed and
-//! drawn, and per step differential graphs of every filesystem against the first one.
+//! drawn, and per step differential graphs of every filesystem against the first one, and
+//! of the slowest against the fastest (the pair the reports explain).
 
 use std::{
     collections::BTreeMap,
@@ -8,7 +9,7 @@ use std::{
 
 use crate::{
     aggregate::folded::{self, Folded, Kind},
-    report::flame,
+    report::{flame, run_summary},
     results::{FlameDiff, RunFlames, RunResult},
 };
 use anyhow::Result;
@@ -25,6 +26,8 @@ fn rel(path: &Path, base: &Path) -> String {
 
 /// Folded stacks by kind ("off-cpu", …) of one cell, passes summed.
 type CellFolded = BTreeMap<&'static str, Folded>;
+/// A column drawn against a base: its name and stacks.
+type Column<'c> = (&'c str, &'c CellFolded);
 /// Steps in run order, each with its filesystems in run order.
 type Cells = Vec<(String, Vec<(String, CellFolded)>)>;
 
@@ -35,6 +38,7 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
         graphs: dir,
         results: results_dir,
     };
+    let rows = run_summary::rows(result);
     for (step, cells) in &merge(result)? {
         std::fs::create_dir_all(dir.join(step))?;
         for (fs, kinds) in cells {
@@ -50,6 +54,9 @@ pub fn draw(result: &RunResult, dir: &Path, results_dir: &Path) -> Result<RunFla
             if let Some(base) = diff_base(cells, i) {
                 draw_diffs(result, &out_dirs, step, (fs, kinds), base, &mut out.diffs)?;
             }
+        }
+        if let Some((slow, fast)) = explained_pair(&rows, step, cells, &out.diffs) {
+            draw_diffs(result, &out_dirs, step, slow, fast, &mut out.diffs)?;
         }
     }
     Ok(out)
@@ -141,7 +148,7 @@ fn draw_diffs(
     result: &RunResult,
     dirs: &Dirs,
     step: &str,
-    (fs, kinds): (&str, &CellFolded),
+    (fs, kinds): Column,
     (base, base_kinds): &(String, CellFolded),
     diffs: &mut Vec<FlameDiff>,
 ) -> Result<()> {
@@ -182,6 +189,21 @@ fn diff_base(cells: &[(String, CellFolded)], i: usize) -> Option<&(String, CellF
     let same_fs = cells.iter().position(|(c, _)| fs(c) == me)?;
     let base = if same_fs < i { same_fs } else { 0 };
     (base != i).then(|| &cells[base])
+}
+
+/// The step's slowest and fastest columns, unless that diff is drawn already (the fastest
+/// is the base).
+fn explained_pair<'c>(
+    rows: &[run_summary::SummaryRow],
+    step: &str,
+    cells: &'c [(String, CellFolded)],
+    drawn: &[FlameDiff],
+) -> Option<(Column<'c>, &'c (String, CellFolded))> {
+    let (slow, fast) = run_summary::slowest_and_fastest(rows, step)?;
+    let done = (drawn.iter()).any(|d| d.step == step && d.fs == slow && d.base == fast);
+    let find = |fs: &str| cells.iter().find(|(c, _)| c == fs);
+    let (s, f) = (find(slow)?, find(fast)?);
+    (!done).then_some(((s.0.as_str(), &s.1), f))
 }
 
 /// `fsprof-results.json` → `fsprof-results.flames`.

@@ -408,7 +408,7 @@ fn produced_what_it_says(command: &str, said: &str, dir: &Path) {
         .iter()
         .filter(|f| {
             verb != "compare"
-                && !["html", "svg"]
+                && !["html", "svg", "md"]
                     .iter()
                     .any(|e| f.extension() == Some(std::ffi::OsStr::new(e)))
         })
@@ -423,6 +423,7 @@ fn produced_what_it_says(command: &str, said: &str, dir: &Path) {
         "trace" => "fsprof trace: ",
         "run" => "×",
         "report" if has("--html") => "HTML report in",
+        "report" if has("-o") => "report in",
         "report" => "|---|",
         "compare" => "fsprof compare: ",
         "explain" => " took ",

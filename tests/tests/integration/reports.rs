@@ -82,19 +82,7 @@ pub fn html_report_renders_in_chromium() {
         std::fs::metadata(&png).unwrap().len() > 10_000,
         "screenshot too small"
     );
-    let dom = Command::new(chrome[0])
-        .args(&chrome[1..])
-        .args(["--virtual-time-budget=3000", "--dump-dom"])
-        .arg(&url)
-        .output()
-        .unwrap();
-    let dom_text = String::from_utf8_lossy(&dom.stdout);
-    let log = String::from_utf8_lossy(&dom.stderr);
-    assert!(
-        !log.lines()
-            .any(|l| l.contains("CONSOLE") && (l.contains("Error") || l.contains("Uncaught"))),
-        "console errors: {log}"
-    );
+    let dom_text = rendered_dom(&html);
     // The page counts its charts with a non-zero rendered size into data-charts.
     let charts: usize = dom_text
         .split("data-charts=\"")
@@ -156,9 +144,99 @@ pub fn html_report_renders_in_chromium() {
         text.contains("<h2>Summary</h2>") && text.contains("<a href=\"#step1\">it's-delete</a>")
     );
     assert!(text.contains("<h2 id=\"step1\">it's-delete</h2>"));
-    let md = fsprof(&["report", s(&json), "--format", "markdown"]);
-    let md_text = String::from_utf8_lossy(&md.stdout);
-    assert!(md.status.success() && md_text.contains("## write") && md_text.contains(".svg)"));
+    // On top, the matrix: a cell per step and filesystem, each a link to its step.
+    let matrix = text
+        .split("<table class=\"matrix\">")
+        .nth(1)
+        .and_then(|m| m.split("</table>").next())
+        .expect("the summary matrix");
+    assert_eq!(
+        matrix.matches("<td style=\"background:hsl(").count(),
+        4,
+        "{matrix}"
+    );
+    assert!(matrix.contains("<a href=\"#step1\" title=\"it's-delete on xfs\">"));
+    // Each step opens with explain's answer, slowest against fastest, and its diff graphs.
+    let whys: Vec<&str> = text.split("<div class=\"why\">").skip(1).collect();
+    assert_eq!(whys.len(), 2, "a why per step");
+    for why in &whys {
+        assert!(
+            why.contains(" took ") && why.contains("fsprof explain "),
+            "{why}"
+        );
+        let diff = why
+            .split("<a class=\"diff\" href=\"")
+            .nth(1)
+            .and_then(|d| d.split('"').next())
+            .unwrap_or_else(|| panic!("no diff graph linked: {why}"));
+        assert!(dir.0.join(diff).exists(), "{diff}");
+    }
+    // As rendered, too.
+    assert_eq!(dom_text.matches("<div class=\"why\">").count(), 2);
+    assert!(dom_text.contains("<table class=\"matrix\">"));
+    markdown_post_stands_alone(&json, &dir.0);
+}
+
+/// `report --format markdown -o DIR/post.md`: the post and its pictures in DIR, every image
+/// and link relative to it and there.
+fn markdown_post_stands_alone(json: &Path, dir: &Path) {
+    let post = dir.join("post/post.md");
+    std::fs::create_dir_all(post.parent().unwrap()).unwrap();
+    let out = fsprof(&["report", s(json), "--format", "markdown", "-o", s(&post)]);
+    assert_success(&out);
+    // Moved elsewhere, the folder still has all it links.
+    let moved = dir.join("moved");
+    std::fs::rename(post.parent().unwrap(), &moved).unwrap();
+    let text = std::fs::read_to_string(moved.join("post.md")).unwrap();
+    assert!(
+        text.starts_with("# fsprof run") && text.contains("Kernel "),
+        "{text}"
+    );
+    assert!(
+        text.contains("## write") && text.contains(" took "),
+        "{text}"
+    );
+    let links: Vec<&str> = text
+        .split("](")
+        .skip(1)
+        .filter_map(|l| l.split(')').next())
+        .collect();
+    assert!(
+        links.iter().filter(|l| l.ends_with(".diff.svg")).count() >= 2,
+        "{links:?}"
+    );
+    assert!(
+        links.iter().filter(|l| !l.ends_with(".diff.svg")).count() >= 2,
+        "{links:?}"
+    );
+    for l in &links {
+        assert!(!l.starts_with('/'), "{l}");
+        let svg = std::fs::read_to_string(moved.join(l)).unwrap_or_else(|e| panic!("{l}: {e}"));
+        assert!(svg.contains("<svg"), "{l}");
+    }
+}
+
+/// The DOM of `page` as headless Chromium leaves it after its scripts ran; fails on a
+/// console error.
+fn rendered_dom(page: &Path) -> String {
+    let dom = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+        ])
+        .args(["--virtual-time-budget=3000", "--dump-dom"])
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium (cargo xtask setup installs it)");
+    let log = String::from_utf8_lossy(&dom.stderr);
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("CONSOLE") && (l.contains("Error") || l.contains("Uncaught"))),
+        "console errors: {log}"
+    );
+    String::from_utf8_lossy(&dom.stdout).into_owned()
 }
 
 /// A `compare --json` file and its wall row.
@@ -239,6 +317,17 @@ pub fn compare_flags_at_most_one_figure_of_a_rerun_and_an_injected_slowdown() {
     // The page shows the flagged cell's differential flame graphs, which exist.
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("ext4 files: new against base"), "{html}");
+    // ... and, rendered, every figure tested in the cell's forest plot (open: it has a
+    // flag), the flagged ones red, with the rule's error rate and both sides' runs on top.
+    let dom = rendered_dom(&page);
+    assert!(dom.contains("Benjamini–Hochberg q ≤ 0.01") && dom.contains("base.json (kernel "));
+    let forest = dom
+        .split("<details class=\"forest\" open=\"\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no open forest plot: {dom}"));
+    let figures = c["rows"].as_array().unwrap().len();
+    assert_eq!(forest.matches("class=\"dot\"").count(), figures, "{forest}");
+    assert!(forest.contains("fill=\"#c0392b\"") && forest.contains(">REGRESSION<"));
     let diffs: Vec<&str> = html
         .split("data=\"")
         .skip(1)
