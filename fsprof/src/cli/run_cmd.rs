@@ -70,6 +70,11 @@ pub struct RunArgs {
     /// point), e.g. bonnie='bonnie++ -d {mnt} -u root -s 1024 -n 16'. Repeatable.
     #[arg(long = "step", value_parser = |s: &str| RunStep::parse_command(s).map_err(|e| e.to_string()))]
     steps: Vec<RunStep>,
+    /// Preparation: NAME=COMMAND as --step, run untraced on each pass's fresh filesystem
+    /// before the steps and recorded as preparation, not as a result (e.g. the file a
+    /// --step reads). Repeatable.
+    #[arg(long = "prepare", value_parser = |s: &str| RunStep::parse_command(s).map_err(|e| e.to_string()))]
+    prepare: Vec<RunStep>,
     /// Add a pgbench step: SCALE,CLIENTS,SECONDS (e.g. 10,4,30) against a PostgreSQL server
     /// fsprof runs with its data directory on the fs under test.
     #[arg(long, value_parser = parse_pgbench)]
@@ -179,6 +184,7 @@ fn run_options(a: &RunArgs) -> Result<RunOptions> {
         .unwrap_or_else(|| run::flames::default_dir(&a.json));
     Ok(RunOptions {
         extra_steps,
+        prepare: a.prepare.clone(),
         filesystems: a.fs.clone(),
         suite: a.suite,
         scale: a.scale,

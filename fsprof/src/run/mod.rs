@@ -48,7 +48,7 @@ impl RunStep {
         }
     }
 
-    /// Parses `NAME=COMMAND` for `--step`.
+    /// Parses `NAME=COMMAND` for `--step` and `--prepare`.
     pub fn parse_command(s: &str) -> Result<RunStep> {
         match s.split_once('=') {
             Some((name, cmd)) if !name.is_empty() && !cmd.trim().is_empty() => {
@@ -57,16 +57,44 @@ impl RunStep {
                     template: cmd.to_string(),
                 })
             }
-            _ => anyhow::bail!(
-                "--step takes NAME=COMMAND, e.g. untar='tar xf /src/linux.tar -C {{mnt}}'"
-            ),
+            _ => anyhow::bail!("takes NAME=COMMAND, e.g. untar='tar xf /src/linux.tar -C {{mnt}}'"),
         }
+    }
+
+    /// The command line of the step in the lab (`ctx.dir`): a built-in step as `fsprof
+    /// workload STEP --ctx JSON` (`me`), a user's through `sh -c`, pgbench against `server`.
+    fn command(
+        &self,
+        me: &std::path::Path,
+        ctx: &workload::Ctx,
+        server: Option<&PgServer>,
+    ) -> Result<Vec<String>> {
+        Ok(match self {
+            RunStep::Builtin(s) => vec![
+                me.display().to_string(),
+                "workload".into(),
+                s.name().into(),
+                "--ctx".into(),
+                serde_json::to_string(ctx)?,
+            ],
+            RunStep::Command { template, .. } => {
+                let mnt = ctx.dir.display().to_string();
+                vec!["sh".into(), "-c".into(), template.replace("{mnt}", &mnt)]
+            }
+            RunStep::Pgbench(spec) => match server {
+                Some(server) => server.bench_command(spec),
+                None => anyhow::bail!("pgbench runs against its server"),
+            },
+        })
     }
 }
 
 pub struct RunOptions {
     /// Steps run after the suite's (`--step`, `--pgbench`).
     pub extra_steps: Vec<RunStep>,
+    /// Commands run untraced on each pass's fresh filesystem before its steps (`--prepare`),
+    /// after the built-in steps the run's steps need.
+    pub prepare: Vec<RunStep>,
     pub filesystems: Vec<FsKind>,
     pub suite: &'static Suite,
     /// Overrides the suite's default scale.
@@ -277,18 +305,6 @@ fn run_into(opts: &RunOptions, out: &mut Option<RunResult>) -> Result<()> {
     outcome
 }
 
-/// How a built-in step runs, traced in its cell or untraced as preparation: `fsprof
-/// workload STEP --ctx JSON`.
-fn workload_command(me: &std::path::Path, step: Step, ctx: &workload::Ctx) -> Result<Vec<String>> {
-    Ok(vec![
-        me.display().to_string(),
-        "workload".into(),
-        step.name().into(),
-        "--ctx".into(),
-        serde_json::to_string(ctx)?,
-    ])
-}
-
 fn wanted(opts: &RunOptions, name: &str) -> bool {
     opts.only.is_empty() || opts.only.iter().any(|o| o == name)
 }
@@ -320,16 +336,20 @@ fn suite_steps(opts: &RunOptions) -> Result<Vec<Step>> {
 }
 
 /// Makes the workload sources of the run's steps and of their preparation under `ctx.src`
-/// (kept between runs); returns both lists.
+/// (kept between runs); returns the suite's steps the run takes, and its preparation: the
+/// built-in steps they need, then `--prepare`'s commands.
 pub fn prepare_sources(
     opts: &RunOptions,
     ctx: &crate::workload::Ctx,
-) -> Result<(Vec<Step>, Vec<Step>)> {
+) -> Result<(Vec<Step>, Vec<RunStep>)> {
     let steps = suite_steps(opts)?;
-    let prepared = preparation::needed(opts.suite.steps, &steps);
-    for &step in steps.iter().chain(&prepared) {
+    let needed = preparation::needed(opts.suite.steps, &steps);
+    for &step in steps.iter().chain(&needed) {
         workload::prepare(step, ctx)?;
     }
+    let prepared = (needed.into_iter().map(RunStep::Builtin))
+        .chain(opts.prepare.iter().cloned())
+        .collect();
     Ok((steps, prepared))
 }
 
@@ -366,7 +386,7 @@ struct Matrix<'a> {
     opts: &'a RunOptions,
     steps: &'a [RunStep],
     /// Run untraced first on every pass (`preparation`).
-    prepared: &'a [workload::Step],
+    prepared: &'a [RunStep],
     me: &'a std::path::Path,
 }
 
@@ -536,19 +556,12 @@ impl Matrix<'_> {
         } = *at;
         let opts = self.opts;
         let name = step.name();
-        let mnt = ctx.dir.display().to_string();
         // Untraced set-up: a server the step talks to, stopped when `server` drops.
         let server = match step {
             RunStep::Pgbench(spec) => Some(PgServer::start(&ctx.dir, spec)?),
             _ => None,
         };
-        let command = match step {
-            RunStep::Builtin(s) => workload_command(self.me, *s, ctx)?,
-            RunStep::Command { template, .. } => {
-                vec!["sh".into(), "-c".into(), template.replace("{mnt}", &mnt)]
-            }
-            RunStep::Pgbench(spec) => server.as_ref().expect("started").bench_command(spec),
-        };
+        let command = step.command(self.me, ctx, server.as_ref())?;
         if opts.drop_caches {
             lab::drop_caches()?;
         }

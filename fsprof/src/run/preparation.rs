@@ -2,7 +2,7 @@
 //! the tree extract-tree writes). With `--only` taking the one and not the other, the other
 //! runs first on each pass's fresh filesystem, untraced, as the suite would have run it (with
 //! the syncfs and quiesce a traced step ends with), and is recorded as preparation, not as a
-//! result.
+//! result; so do the user's `--prepare` commands, after it.
 
 use std::{path::Path, process::Command, time::Instant};
 
@@ -16,6 +16,8 @@ use crate::{
     workload::{Ctx, Step},
 };
 
+use super::RunStep;
+
 /// The steps `taken` need that are not among them, in the suite's order.
 pub fn needed(suite: &[Step], taken: &[Step]) -> Vec<Step> {
     suite
@@ -26,23 +28,23 @@ pub fn needed(suite: &[Step], taken: &[Step]) -> Vec<Step> {
         .collect()
 }
 
-/// Runs `steps` untraced on `labfs`, each as `fsprof workload` (`me`) would in a cell; a
+/// Runs `steps` untraced on `labfs`, each as it would run in a cell (`me`: fsprof); a
 /// failed one is recorded with its error and the rest still run.
 pub fn run(
-    steps: &[Step],
+    steps: &[RunStep],
     me: &Path,
     ctx: &Ctx,
     labfs: &LabFs,
     quiesced: bool,
 ) -> Result<Vec<Prepared>> {
     let mut out = Vec::new();
-    for &step in steps {
+    for step in steps {
         signals::check()?;
         let started = Instant::now();
         let error = prepare(step, me, ctx, labfs, quiesced).err();
         signals::check()?;
         out.push(Prepared {
-            step: step.name().to_string(),
+            step: step.name(),
             wall_ns: super::ns(started.elapsed()),
             error: error.map(|e| format!("{e:#}")),
         });
@@ -50,9 +52,9 @@ pub fn run(
     Ok(out)
 }
 
-fn prepare(step: Step, me: &Path, ctx: &Ctx, labfs: &LabFs, quiesced: bool) -> Result<()> {
+fn prepare(step: &RunStep, me: &Path, ctx: &Ctx, labfs: &LabFs, quiesced: bool) -> Result<()> {
     let mnt = labfs.mountpoint();
-    let argv = super::workload_command(me, step, ctx)?;
+    let argv = step.command(me, ctx, None)?;
     let out = Command::new(&argv[0])
         .args(&argv[1..])
         .current_dir(mnt)

@@ -83,6 +83,7 @@ fn main() {
         root run::jobs_run_at_once,
         root run::every_suite_at_tiny_scale_does_each_step,
         root run::quiesce_freezes_once_per_step_and_no_quiesce_never,
+        root run::a_step_alone_gets_its_preparation_untraced,
         root run::a_run_on_ntfs_3g_fills_every_cell,
         root sched::wall_user_sys_agree_with_gnu_time,
         root sched::direct_io_writer_is_mostly_io_wait,

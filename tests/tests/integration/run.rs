@@ -1045,3 +1045,51 @@ pub fn a_run_on_ntfs_3g_fills_every_cell() {
     let bg = copy.trace.background.as_ref().unwrap();
     assert!(fs_daemon_ns(bg, "ntfs-3g") > 0, "{bg:?}");
 }
+
+/// `--only delete-tree` extracts the tree it deletes first, and `--prepare` writes the file a
+/// `--step` reads: both untraced on each pass's fresh filesystem, recorded as preparation,
+/// not as results.
+pub fn a_step_alone_gets_its_preparation_untraced() {
+    let json = tmp_json("prepare");
+    let out = Command::new(fsprof_bin())
+        .args(["run", "--fs", "ext4", "--scale", "0.002", "--passes", "2"])
+        .args(["--only", "delete-tree", "--no-history", "--no-stacks"])
+        .args([
+            "--prepare",
+            "fill=dd if=/dev/zero of={mnt}/f bs=1M count=8 conv=fsync status=none",
+            "--step",
+            "read-f=cat {mnt}/f > /dev/null",
+            "--json",
+        ])
+        .arg(&*json)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("(not results): extract-tree, fill"), "{said}");
+    let r = load_run(&json);
+    for p in &r.filesystems[0].passes {
+        let prepared: Vec<(&str, Option<&str>)> = (p.prepared.iter())
+            .map(|x| (x.step.as_str(), x.error.as_deref()))
+            .collect();
+        assert_eq!(prepared, [("extract-tree", None), ("fill", None)]);
+        let steps: Vec<&str> = p.steps.iter().map(|s| s.step.as_str()).collect();
+        assert_eq!(steps, ["delete-tree", "read-f"]);
+        let (delete, read) = (&p.steps[0].trace, &p.steps[1].trace);
+        let unlinks = (delete.profile.syscalls.iter())
+            .find(|c| c.name == "unlinkat")
+            .map_or(0, |c| c.count);
+        assert!(unlinks > 10, "delete-tree unlinked {unlinks} names");
+        // The file came from the disk (caches are dropped before a step), written before.
+        assert!(
+            block_bytes(read, "read") >= 8 << 20,
+            "{:?}",
+            read.profile.block
+        );
+        assert!(
+            block_bytes(read, "write") < 1 << 20,
+            "{:?}",
+            read.profile.block
+        );
+    }
+}
