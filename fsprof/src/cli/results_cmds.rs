@@ -246,26 +246,38 @@ fn compare_crash_studies(a: &CompareArgs) -> Result<Option<ExitCode>> {
     let results::Saved::Crash(first) = results::Saved::load(Path::new(&a.base))? else {
         return Ok(None);
     };
-    let (base, new) = match (&a.new, a.past) {
-        (Some(new), _) => {
-            let results::Saved::Crash(new) = results::Saved::load(Path::new(new))? else {
+    let (base, new, names) = match (&a.new, a.past) {
+        (Some(new_path), _) => {
+            let results::Saved::Crash(new) = results::Saved::load(Path::new(new_path))? else {
                 bail!(
-                    "{} is a crash study and {new} a run's results: compare two of a kind",
+                    "{} is a crash study and {new_path} a run's results: compare two of a kind",
                     a.base
                 );
             };
-            (*first, *new)
+            (*first, *new, [a.base.clone(), new_path.clone()])
         }
-        (None, Some(n)) => (crash_past(a, &first, n)?, *first),
+        (None, Some(n)) => (
+            crash_past(a, &first, n)?,
+            *first,
+            [
+                format!("the history's last {n} of its kind"),
+                a.base.clone(),
+            ],
+        ),
         (None, None) => bail!(
             "{} is a crash study: it has no kernel axis to compare along",
             a.base
         ),
     };
-    if a.json.is_some() || a.html.is_some() || a.all {
-        bail!("a comparison of crash studies prints its table only: no --json, --html or --all");
+    if a.json.is_some() || a.all {
+        bail!("a comparison of crash studies prints its table and --html page: no --json or --all");
     }
     let c = crate::analysis::crash::compare(&base, &new, a.alpha)?;
+    if let Some(path) = &a.html {
+        let page = report::crash_compare::html(&c, [(&names[0], &base), (&names[1], &new)]);
+        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("fsprof: wrote {}", path.display());
+    }
     print!("{}", report::crash::compare_table(&c));
     let less_safe = c
         .rows

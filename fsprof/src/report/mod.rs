@@ -4,6 +4,7 @@ pub mod charts;
 pub mod compare_html;
 pub mod compare_table;
 pub mod crash;
+pub mod crash_compare;
 pub mod explain;
 pub mod flame;
 pub mod forest;

@@ -251,14 +251,30 @@ pub fn crash_studies_are_recorded_and_compared_with_their_past() {
     let text = String::from_utf8_lossy(&list.stdout);
     assert!(text.contains("2 crash studies"), "{text}");
     assert!(text.contains("a.json") && text.contains("b.json"), "{text}");
-    // b against its past: only a (b itself is left out), every cell tested.
+    // b against its past: only a (b itself is left out), every cell tested; its page plots
+    // each cell's two sides, named.
+    let page = dir.0.join("cmp.html");
     let cmp = fsprof(&[
         "compare",
         "--past",
         "5",
         b.to_str().unwrap(),
         "--fail-on-regression",
+        "--html",
+        page.to_str().unwrap(),
     ]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("base: the history's last 5 of its kind"),
+        "{html}"
+    );
+    assert!(
+        html.contains(&format!("new: {} (kernel ", b.display())),
+        "{html}"
+    );
+    assert_eq!(html.matches("<g class=\"cell\">").count(), 2, "{html}");
+    // rename-fsync-dir found the new content in both trials on both sides.
+    assert!(html.matches("<title>2 of 2</title>").count() >= 2, "{html}");
     let err = String::from_utf8_lossy(&cmp.stderr);
     assert!(err.contains("1 crash study (c1)"), "{err}");
     let table = String::from_utf8_lossy(&cmp.stdout);
