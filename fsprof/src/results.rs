@@ -387,6 +387,7 @@ impl RunResult {
                             .map(|b| b.bytes)
                             .sum()
                     };
+                    let rate = crate::workload::rate::of(&st.metrics);
                     let row = CsvRow {
                         fs: &f.fs,
                         pass: p.pass,
@@ -411,7 +412,8 @@ impl RunResult {
                         probe_runs: t.profile.probe_cost.as_ref().map(|c| c.runs).unwrap_or(0),
                         kernel: f.kernel.as_deref().unwrap_or(&self.kernel),
                         error: st.error.as_deref().unwrap_or(""),
-                        tps: st.metrics.get(crate::workload::pgbench::TPS).copied(),
+                        rate: rate.map(|r| r.1),
+                        rate_unit: rate.map_or("", |r| r.0.shown),
                     };
                     w.serialize(row).expect("CSV into memory");
                 }
@@ -449,8 +451,10 @@ struct CsvRow<'a> {
     kernel: &'a str,
     /// Empty unless the cell failed.
     error: &'a str,
-    /// The step's own rate (pgbench's transactions per second); empty for other steps.
-    tps: Option<f64>,
+    /// The step's own rate (pgbench's transactions per second; bonnie++'s and iozone's
+    /// KiB/s, files/s or seeks/s) and its unit; empty for other steps.
+    rate: Option<f64>,
+    rate_unit: &'a str,
 }
 
 /// Graph files of a run, paths relative to the results file's directory.
@@ -558,7 +562,7 @@ mod tests {
         let a = &parts[0].1;
         let cols: Vec<String> = a.filesystems.iter().map(FsRun::column).collect();
         assert_eq!(cols, ["jfs", "xfs"]);
-        assert!(a.to_csv().lines().skip(1).all(|l| l.ends_with(",a,,")));
+        assert!(a.to_csv().lines().skip(1).all(|l| l.ends_with(",a,,,")));
         let plain = RunResult::default();
         assert_eq!(plain.split_by_kernel().len(), 1);
     }

@@ -310,7 +310,10 @@ fn summary(r: &RunResult, rows: &[run_summary::SummaryRow]) -> String {
             "<tr><td>{step}</td><td>{}</td><td>{}</td><td>{:.0}%</td><td>{} {:.0}%</td>\
              <td>{:.2}×</td><td>{cache}</td></tr>",
             esc(&s.fs),
-            run_summary::result(s),
+            match run_summary::side_rate(s) {
+                Some(rate) => format!("{} · {rate}", run_summary::result(s)),
+                None => run_summary::result(s),
+            },
             s.cpu_percent,
             s.mostly,
             100.0 * s.mostly_share,
@@ -322,7 +325,7 @@ fn summary(r: &RunResult, rows: &[run_summary::SummaryRow]) -> String {
     if let Some(line) = run_summary::prepared(r) {
         let _ = write!(o, "<p>{}</p>", esc(&line));
     }
-    if rows.iter().any(|s| s.tps.is_some()) {
+    if rows.iter().any(|s| s.rate.is_some()) {
         let _ = write!(o, "<p>{}</p>", esc(run_summary::RATE_NOTE));
     }
     let failed = r.failures();

@@ -80,8 +80,11 @@ pub fn render(r: &RunResult, results: &Path, post: Option<&Path>) -> io::Result<
         }
         o.push_str(&step_table(r, &step));
         let rated: Vec<String> = (rows.iter())
-            .filter(|s| s.step == step && s.tps.is_some())
-            .map(|s| format!("{} {} ({:.2}×)", s.fs, run_summary::result(s), s.vs_fastest))
+            .filter(|s| s.step == step && s.rate.is_some())
+            .map(|s| {
+                let rate = run_summary::side_rate(s).unwrap_or_else(|| run_summary::result(s));
+                format!("{} {rate} ({:.2}×)", s.fs, s.vs_fastest)
+            })
             .collect();
         if !rated.is_empty() {
             let _ = writeln!(o, "\nJudged by its rate (median): {}.", rated.join(", "));

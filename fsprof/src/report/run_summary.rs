@@ -8,7 +8,7 @@ use fsprof_common::TIME_CLASSES;
 
 use crate::analysis::stats::{median, median_f64};
 use crate::results::{RunResult, StepRun};
-use crate::workload::pgbench::TPS;
+use crate::workload::rate::{self, Unit};
 
 use super::run_table::clock;
 use super::table::table;
@@ -30,11 +30,12 @@ pub struct SummaryRow {
     pub mostly: &'static str,
     pub mostly_share: f64,
     /// Median wall over the fastest filesystem's median wall for this step; for a step
-    /// judged by its rate, the best median rate over this one's.
+    /// with a rate, the best median rate over this one's.
     pub vs_fastest: f64,
-    /// The step's own figure of merit when every pass has one (pgbench's transactions per
-    /// second, median): a fixed-duration step is judged by it, not by its wall.
-    pub tps: Option<f64>,
+    /// The step's own rate when every pass has one, median, with its unit: pgbench's
+    /// transactions per second (its time is fixed: the rate is its result), bonnie++'s and
+    /// iozone's KiB/s, files/s or seeks/s (beside its time).
+    pub rate: Option<(Unit, f64)>,
     pub page_cache: bool,
 }
 
@@ -61,10 +62,15 @@ fn moved(s: &StepRun) -> (u64, u64) {
     (calls, block)
 }
 
-/// The median of the passes' `TPS`, when each has one.
-fn tps(runs: &[&StepRun]) -> Option<f64> {
-    let rates: Option<Vec<f64>> = (runs.iter()).map(|s| s.metrics.get(TPS).copied()).collect();
-    rates.filter(|r| !r.is_empty()).map(median_f64)
+/// The median of the passes' rates, when each has one of the same unit.
+fn rate(runs: &[&StepRun]) -> Option<(Unit, f64)> {
+    let rates: Option<Vec<(Unit, f64)>> = runs.iter().map(|s| rate::of(&s.metrics)).collect();
+    let rates = rates.filter(|r| !r.is_empty())?;
+    let unit = rates[0].0;
+    let values: Option<Vec<f64>> = (rates.iter())
+        .map(|(u, v)| (*u == unit).then_some(*v))
+        .collect();
+    Some((unit, median_f64(values?)))
 }
 
 fn row(step: &str, fs: &str, runs: &[&StepRun]) -> SummaryRow {
@@ -102,7 +108,7 @@ fn row(step: &str, fs: &str, runs: &[&StepRun]) -> SummaryRow {
             top as f64 / all as f64
         },
         vs_fastest: 1.0,
-        tps: tps(runs),
+        rate: rate(runs),
         page_cache: calls >= CACHE_MIN_BYTES * runs.len() as u64
             && (block as f64) < CACHE_SHARE * calls as f64,
     }
@@ -120,14 +126,14 @@ pub fn rows(r: &RunResult) -> Vec<SummaryRow> {
                 (!runs.is_empty()).then(|| row(&step, &f.column(), &runs))
             })
             .collect();
-        let rates: Option<Vec<f64>> = rows.iter().map(|r| r.tps).collect();
+        let rates: Option<Vec<f64>> = rows.iter().map(|r| r.rate.map(|x| x.1)).collect();
         let fastest = rows.iter().map(|r| r.wall_ns).min().unwrap_or(0).max(1);
         let best = rates
             .as_ref()
             .map(|r| r.iter().copied().fold(0.0, f64::max));
         for r in &mut rows {
-            r.vs_fastest = match (best, r.tps) {
-                (Some(best), Some(tps)) if tps > 0.0 => best / tps,
+            r.vs_fastest = match (best, r.rate) {
+                (Some(best), Some((_, rate))) if rate > 0.0 => best / rate,
                 _ => r.wall_ns as f64 / fastest as f64,
             };
         }
@@ -150,26 +156,31 @@ pub fn render(r: &RunResult) -> String {
     let rows = rows(r);
     let mut o = String::new();
     let mut last = "";
+    let rated = rows.iter().any(|s| side_rate(s).is_some());
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|s| {
             let step = if s.step == last { "" } else { &s.step };
             last = &s.step;
-            vec![
-                step.to_string(),
-                s.fs.clone(),
-                result(s),
+            let mut row = vec![step.to_string(), s.fs.clone(), result(s)];
+            if rated {
+                row.push(side_rate(s).unwrap_or_default());
+            }
+            row.extend([
                 format!("{:.0}%", s.cpu_percent),
                 format!("{} {:.0}%", s.mostly, 100.0 * s.mostly_share),
                 format!("{:.2}×", s.vs_fastest),
                 if s.page_cache { "page cache" } else { "" }.into(),
-            ]
+            ]);
+            row
         })
         .collect();
-    o.push_str(&table(
-        &["step", "fs", "time", "CPU", "mostly", "vs fastest", ""],
-        &cells,
-    ));
+    let mut head = vec!["step", "fs", "time"];
+    if rated {
+        head.push("rate");
+    }
+    head.extend(["CPU", "mostly", "vs fastest", ""]);
+    o.push_str(&table(&head, &cells));
     let passes = rows.iter().map(|s| s.passes).max().unwrap_or(0);
     let _ = writeln!(
         o,
@@ -181,7 +192,7 @@ pub fn render(r: &RunResult) -> String {
     if let Some(line) = prepared(r) {
         let _ = writeln!(o, "{line}");
     }
-    if rows.iter().any(|s| s.tps.is_some()) {
+    if rows.iter().any(|s| s.rate.is_some()) {
         let _ = writeln!(o, "{RATE_NOTE}");
     }
     if rows.iter().any(|s| s.page_cache) {
@@ -195,17 +206,29 @@ pub fn render(r: &RunResult) -> String {
     o
 }
 
-/// What a row's time column shows: the step's rate when it is judged by one, else its wall.
+/// What a row's time column shows: the step's rate when that is its result, else its wall.
 pub fn result(s: &SummaryRow) -> String {
-    match s.tps {
-        Some(tps) => format!("{tps:.1} tps"),
-        None => clock(s.wall_ns),
+    match s.rate {
+        Some((unit, v)) if unit.is_result => shown(unit, v),
+        _ => clock(s.wall_ns),
     }
 }
 
-/// Says how a step judged by its rate is shown.
-pub const RATE_NOTE: &str = "tps: the step's own transactions per second (median), for a \
-    step whose time is fixed; its vs fastest is the best tps over its own";
+/// A rate shown beside the time (not in its place); None where there is none.
+pub fn side_rate(s: &SummaryRow) -> Option<String> {
+    s.rate
+        .filter(|(u, _)| !u.is_result)
+        .map(|(u, v)| shown(u, v))
+}
+
+fn shown(unit: Unit, v: f64) -> String {
+    format!("{v:.1} {}", unit.shown)
+}
+
+/// Says how a step with a rate is shown.
+pub const RATE_NOTE: &str = "rate: the step's own, median of its passes: tps for a step whose \
+    time is fixed (pgbench; shown as its time), KiB/s, files/s or seeks/s as bonnie++ and \
+    iozone report them (its work over its time); its vs fastest is the best rate over its own";
 
 /// The steps run untraced to prepare each pass (`--only` a step without what it needs).
 pub fn prepared(r: &RunResult) -> Option<String> {
@@ -274,7 +297,7 @@ mod tests {
     fn a_fixed_time_step_is_judged_by_its_rate() {
         let bench = |wall_s, tps| {
             let mut s = cell("pgbench", wall_s, 0, 0, 0);
-            s.metrics.insert(TPS.into(), tps);
+            s.metrics.insert(rate::TPS.key.into(), tps);
             s
         };
         let r = RunResult {
@@ -288,7 +311,7 @@ mod tests {
             ..RunResult::default()
         };
         let rows = rows(&r);
-        assert_eq!(rows[0].tps, Some(2200.0));
+        assert_eq!(rows[0].rate, Some((rate::TPS, 2200.0)));
         assert_eq!((rows[0].vs_fastest, rows[1].vs_fastest), (1.0, 2.0));
         assert_eq!(result(&rows[1]), "1100.0 tps");
         assert!(render(&r).contains(RATE_NOTE));

@@ -589,7 +589,15 @@ impl Matrix<'_> {
             trace_opts.kill_leftovers_in = None;
         }
         let trace = trace::run(&trace_opts)?;
-        let metrics = server.as_ref().map(PgServer::metrics).unwrap_or_default();
+        let mut metrics = server.as_ref().map(PgServer::metrics).unwrap_or_default();
+        // A built-in step's rate as the tool it stands for reports it: its work over its wall.
+        if let RunStep::Builtin(s) = step
+            && let Some((unit, work)) = workload::rate::work(*s, ctx)
+            && trace.exit_code == Some(0)
+            && trace.wall_ns > 0
+        {
+            metrics.insert(unit.key.into(), work / (trace.wall_ns as f64 / 1e9));
+        }
         drop(server);
         let deletes = matches!(step, RunStep::Builtin(s) if s.deletes());
         Ok(StepRun {

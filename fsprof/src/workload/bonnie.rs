@@ -20,6 +20,8 @@ pub const CHUNK: usize = 8192;
 const STDIO: usize = 4096;
 const SEEKS: u64 = 8000;
 const SEEKERS: u64 = 3;
+/// Seeks the seek phase does: each worker its share of `SEEKS`.
+pub const SEEKS_DONE: u64 = SEEKS / SEEKERS * SEEKERS;
 
 #[derive(Clone, Debug)]
 pub struct BonnieSpec {

@@ -43,6 +43,16 @@ pub fn matrix(max_file: u64) -> Vec<(u64, u64)> {
     v
 }
 
+/// Bytes a test moves over the matrix: each file size once per record size.
+pub fn bytes_per_test(max_file: u64) -> u64 {
+    matrix(max_file).iter().map(|(size, _)| size).sum()
+}
+
+/// Bytes `large` moves: the file written, then read, in whole records.
+pub fn large_bytes(size: u64) -> u64 {
+    2 * (size / LARGE_RECORD as u64) * LARGE_RECORD as u64
+}
+
 fn file(dir: &Path, size: u64) -> PathBuf {
     dir.join(format!("iozone-{size}.tmp"))
 }
@@ -99,8 +109,11 @@ pub fn run(dir: &Path, test: Test, max_file: u64, seed: u64) -> Result<u64> {
 
 /// The larger-than-cache test: write then read `size` bytes in 128 KiB records with
 /// O_DIRECT, so the page cache cannot serve any of it.
+/// The large file's record.
+const LARGE_RECORD: usize = 128 << 10;
+
 pub fn large(dir: &Path, size: u64, seed: u64) -> Result<u64> {
-    const REC: usize = 128 << 10;
+    const REC: usize = LARGE_RECORD;
     let path = dir.join("iozone-large.tmp");
     // O_DIRECT needs an aligned buffer: over-allocate and take an aligned window.
     let mut raw = vec![0u8; REC + 4096];
@@ -123,7 +136,7 @@ pub fn large(dir: &Path, size: u64, seed: u64) -> Result<u64> {
     }
     drop(f);
     fs::remove_file(&path)?;
-    Ok(2 * records * REC as u64)
+    Ok(large_bytes(size))
 }
 
 #[cfg(test)]

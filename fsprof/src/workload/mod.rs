@@ -11,6 +11,7 @@ pub mod extract;
 pub mod io;
 pub mod iozone;
 pub mod pgbench;
+pub mod rate;
 pub mod rng;
 pub mod tree;
 

@@ -13,6 +13,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+use super::rate::TPS;
+
 const USER: &str = "postgres";
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -201,15 +203,11 @@ fn report_metrics(text: &str) -> BTreeMap<String, f64> {
             .find_map(|l| l.trim().strip_prefix(prefix))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
     };
-    [(TPS, "tps = "), ("latency_ms", "latency average = ")]
+    [(TPS.key, "tps = "), ("latency_ms", "latency average = ")]
         .into_iter()
         .filter_map(|(name, prefix)| Some((name.to_string(), value(prefix)?)))
         .collect()
 }
-
-/// pgbench's figure of merit (transactions per second, higher is better): its step is
-/// judged by it, not by its wall, which `-T` fixes.
-pub const TPS: &str = "tps";
 
 impl Drop for PgServer {
     fn drop(&mut self) {
@@ -236,7 +234,7 @@ mod tests {
         let text = "number of failed transactions: 0 (0.000%)\nlatency average = 4.213 ms\n\
                     initial connection time = 12.071 ms\ntps = 2371.802 (without initial connection time)\n";
         let m = report_metrics(text);
-        assert_eq!(m[TPS], 2371.802);
+        assert_eq!(m[TPS.key], 2371.802);
         assert_eq!(m["latency_ms"], 4.213);
         assert!(report_metrics("").is_empty());
     }

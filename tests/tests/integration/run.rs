@@ -710,7 +710,13 @@ pub fn a_failed_cell_does_not_stop_the_study() {
         "{stdout}"
     );
     let csv = std::fs::read_to_string(json.with_extension("csv")).unwrap();
-    assert!(csv.lines().next().unwrap().ends_with(",error,tps"), "{csv}");
+    assert!(
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with(",error,rate,rate_unit"),
+        "{csv}"
+    );
     assert!(csv.contains("exited with status"), "{csv}");
     // Explain says the cell failed; compare leaves it out and says so.
     let explain = Command::new(fsprof_bin())
@@ -933,6 +939,32 @@ fn check_copies(step: &str, after: &Files, sources: &Path) {
     }
 }
 
+/// A bonnie++ or iozone step has its rate; a writing one's rate over its time is the data
+/// its write syscalls moved (fsprof's syscall figures, which syscalls.rs holds to strace).
+fn check_rate(step: &str, s: &fsprof::results::StepRun) {
+    if !(step.starts_with("bonnie-") || step.starts_with("iozone-")) {
+        return;
+    }
+    let (unit, rate) = fsprof::workload::rate::of(&s.metrics)
+        .unwrap_or_else(|| panic!("{step}: no rate in {:?}", s.metrics));
+    assert!(rate > 0.0, "{step}: {rate}");
+    if !["bonnie-write", "iozone-write"].contains(&step) {
+        return;
+    }
+    assert_eq!(unit.shown, "KiB/s");
+    let kib = rate * s.trace.wall_ns as f64 / 1e9;
+    let written: u64 = (s.trace.profile.syscalls.iter())
+        .filter(|c| c.name == "write")
+        .filter_map(|c| c.bytes)
+        .sum();
+    let written = written as f64 / 1024.0;
+    assert!(
+        (kib - written).abs() <= 0.001 * written,
+        "{step}: {rate} KiB/s over {} ns is {kib} KiB, its writes moved {written} KiB",
+        s.trace.wall_ns
+    );
+}
+
 /// A directory on the host disk (not tmpfs, as `--dir` must be), removed with the guard.
 fn host_dir(tag: &str) -> TempDir {
     let dir = format!("/var/tmp/fsprof-test-{tag}-{}", std::process::id());
@@ -977,6 +1009,7 @@ pub fn every_suite_at_tiny_scale_does_each_step() {
             assert_eq!(trace.step, step);
             let moved = block_bytes(&trace.trace, "read") + block_bytes(&trace.trace, "write");
             check_leaves(step, &before, &after, moved);
+            check_rate(step, trace);
             check_copies(step, &after, &dir.join("sources"));
             eprintln!("{name} {step}: {} files, {moved} bytes moved", after.len());
             before = after;
