@@ -15,15 +15,15 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use fsprof_common::{
-    BLOCK_CLASSES, BlockClass, BlockKey, BlockStats, CpuKey, HistKind, INFLIGHT_TAGS, Lost,
-    MAX_BLOCK_KEYS, MAX_BLOCK_SLOTS, MAX_FILTER_DEVS, MAX_INFLIGHT_REQUESTS, MAX_INFLIGHT_SLOTS,
-    NO_ROW, Program, RequestTimes, block_row, inflight_index,
+    BLOCK_CLASSES, BlockKey, BlockStats, CpuKey, HistKind, INFLIGHT_TAGS, Lost, MAX_BLOCK_KEYS,
+    MAX_BLOCK_SLOTS, MAX_FILTER_DEVS, MAX_INFLIGHT_REQUESTS, MAX_INFLIGHT_SLOTS, NO_ROW, Program,
+    RequestTimes, block_row, inflight_index,
 };
 
 use crate::{
     common::{
-        btf_read, conf, entry_or_lost, hist_add_row_global, lost, now, ran, read_kernel,
-        read_or_zero, row_at,
+        btf_read, class_of, conf, data_len, entry_or_lost, hist_add_row_global, lost, now, ran,
+        read_kernel, read_or_zero, row_at,
     },
     timeline,
 };
@@ -168,16 +168,6 @@ fn add(kind: HistKind, dev: u32, slot: u32, class: u32, value: u64) {
         row_at(conf!(rows_block), block_row(slot, class, kind))
     };
     hist_add_row_global(row, kind as u32, class, dev, value);
-}
-
-#[inline(always)]
-pub(crate) fn class_of(rq: *const u8) -> BlockClass {
-    BlockClass::from_cmd_flags(btf_read::<u32>(rq, conf!(request_cmd_flags)))
-}
-
-#[inline(always)]
-pub(crate) fn data_len(rq: *const u8) -> u32 {
-    btf_read::<u32>(rq, conf!(request_data_len))
 }
 
 /// Whether `before`, the request last issued at `tag`, was never seen completing: it

@@ -10,9 +10,11 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use fsprof_common::{
-    COUNTERS, Counter, CpuKey, DenseHist, EXEC_UNKNOWN, FOLLOW_HINT_SHARED, FOLLOW_HINT_SLOTS,
-    HistKey, HistKind, LOST_KINDS, Lost, MAX_DENSE_ROWS, MAX_HIST_ENTRIES, MAX_TASKS, NO_ROW,
-    OnCpuTask, PROGRAMS, ProbeConfig, Program, TaskState, follow_hint_join, follow_hint_slot,
+    BlockClass, COUNTERS, Counter, CpuKey, DenseHist, EXEC_UNKNOWN, FOLLOW_HINT_SHARED,
+    FOLLOW_HINT_SLOTS, HistKey, HistKind, LOST_KINDS, Lost, MAX_DENSE_ROWS, MAX_HIST_ENTRIES,
+    MAX_TASKS, NO_ROW, OnCpuTask, PROGRAMS, ProbeConfig, Program, TaskState, TimeClass,
+    config::{TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE},
+    follow_hint_join, follow_hint_slot,
     hist::{BUCKETS, bucket_of},
 };
 
@@ -406,4 +408,37 @@ pub unsafe fn on_cpu_so_far(t: *const TaskState, now: u64, exec: u64) -> u64 {
         };
         (*t).on_cpu_ns + open
     }
+}
+
+// What two features read alike: the block programs and the timeline a request's class and
+// length, the scheduler's and the timeline's a switched-out thread's class.
+
+#[inline(always)]
+pub fn class_of(rq: *const u8) -> BlockClass {
+    BlockClass::from_cmd_flags(btf_read::<u32>(rq, conf!(request_cmd_flags)))
+}
+
+#[inline(always)]
+pub fn data_len(rq: *const u8) -> u32 {
+    btf_read::<u32>(rq, conf!(request_data_len))
+}
+
+/// The class of a thread switched out: preempted (or runnable) waits in the run queue, an
+/// uninterruptible sleep is I/O wait when the task is in io_schedule, else other D-wait.
+#[inline(always)]
+pub fn off_class(preempt: bool, state: u32, prev: u64) -> TimeClass {
+    if preempt || state == 0 {
+        return TimeClass::RunQueue;
+    }
+    if state & TASK_UNINTERRUPTIBLE != 0 {
+        let iowait = read_kernel::<u8>(prev, conf!(task_in_iowait_byte)).unwrap_or(0);
+        if iowait as u32 & conf!(task_in_iowait_mask) != 0 {
+            return TimeClass::IoWait;
+        }
+        return TimeClass::Uninterruptible;
+    }
+    if state & TASK_INTERRUPTIBLE != 0 {
+        return TimeClass::Sleep;
+    }
+    TimeClass::Other
 }

@@ -10,13 +10,13 @@ use aya_ebpf::{
 };
 use fsprof_common::{
     Counter, HistKind, Lost, OnCpuTask, Program, TIME_CLASSES, TaskState, TimeClass, TimeStats,
-    config::{TASK_DEAD, TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE},
+    config::TASK_DEAD,
 };
 
 use crate::{
     common::{
         btf_read, btf_task_tid, charged, conf, count, count_n, current_tgid, current_tid, follow,
-        followed, hist_add_row_global, lost, now, on_cpu, ran, read_kernel, row_at, run_here,
+        followed, hist_add_row_global, lost, now, off_class, on_cpu, ran, row_at, run_here,
         task_tid, unfollow,
     },
     offcpu,
@@ -90,24 +90,6 @@ unsafe fn switch_in_unseen(t: *mut TaskState, ts: u64, exec: u64) {
         add_time(TimeClass::OnCpu as u32, ran);
         (*t).on_cpu_ns += ran;
     }
-}
-
-#[inline(always)]
-pub(crate) fn off_class(preempt: bool, state: u32, prev: u64) -> TimeClass {
-    if preempt || state == 0 {
-        return TimeClass::RunQueue;
-    }
-    if state & TASK_UNINTERRUPTIBLE != 0 {
-        let iowait = read_kernel::<u8>(prev, conf!(task_in_iowait_byte)).unwrap_or(0);
-        if iowait as u32 & conf!(task_in_iowait_mask) != 0 {
-            return TimeClass::IoWait;
-        }
-        return TimeClass::Uninterruptible;
-    }
-    if state & TASK_INTERRUPTIBLE != 0 {
-        return TimeClass::Sleep;
-    }
-    TimeClass::Other
 }
 
 // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,

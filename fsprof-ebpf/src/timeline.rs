@@ -24,9 +24,10 @@ use fsprof_common::{
 };
 
 use crate::{
-    block::{class_of, data_len},
-    common::{btf_read, btf_task_tid, conf, current_tgid, current_tid, followed, lost, now, ran},
-    sched::off_class,
+    common::{
+        btf_read, btf_task_tid, class_of, conf, current_tgid, current_tid, data_len, followed,
+        lost, now, off_class, ran,
+    },
     stacks::get_stack,
 };
 

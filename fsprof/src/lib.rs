@@ -33,6 +33,8 @@ pub mod vm;
 pub mod workload;
 
 #[cfg(test)]
+mod circles;
+#[cfg(test)]
 mod layering;
 
 #[cfg(test)]

@@ -51,6 +51,12 @@ pub fn percent(part: u64, whole: u64) -> String {
     format!("{:.1}%", 100.0 * part as f64 / whole as f64)
 }
 
+/// m:ss,cc as the studies printed it.
+pub fn clock(ns: u64) -> String {
+    let cs = ns / 10_000_000;
+    format!("{}:{:02},{:02}", cs / 6000, (cs / 100) % 60, cs % 100)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +74,11 @@ mod tests {
         assert_eq!(seconds(0), "0.000s");
         assert_eq!(count(1u32, "pass", "passes"), "1 pass");
         assert_eq!(count(3u32, "pass", "passes"), "3 passes");
+    }
+
+    #[test]
+    fn clock_format() {
+        assert_eq!(clock(83_456_000_000), "1:23,45");
+        assert_eq!(clock(450_000_000), "0:00,45");
     }
 }

@@ -12,7 +12,8 @@ use anyhow::{Context, Result, bail};
 use fsprof_common::TimeClass;
 
 use super::{
-    stacks::{At, Stacks, WeightedStack, class_label, located},
+    stacks::{Stacks, WeightedStack, class_label},
+    symbols::{At, located},
     wakes,
 };
 

@@ -19,7 +19,8 @@ use prost::Message;
 
 use super::{
     folded::{self, Kind, Sample},
-    stacks::{At, Stacks, class_label},
+    stacks::{Stacks, class_label},
+    symbols::At,
 };
 
 /// The messages of profile.proto (github.com/google/pprof/proto/profile.proto) fsprof

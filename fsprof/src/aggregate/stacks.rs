@@ -14,7 +14,8 @@ use fsprof_common::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    background, symbols,
+    background,
+    symbols::{self, At, located},
     wakes::{self, TopWake, WaitedFor, WakeEdge},
 };
 use crate::probes::Probes;
@@ -26,25 +27,6 @@ pub fn class_label(class: u32) -> &'static str {
         None if class == STACK_CLASS_BACKGROUND => "background",
         None => "other",
     }
-}
-
-/// Where a frame's code is, for exports that carry addresses (pprof): a kernel address,
-/// an offset in a file, or nowhere (frames fsprof names: markers, the probes' frame).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum At {
-    #[default]
-    Nowhere,
-    Kernel(u64),
-    File(FileKey, u64),
-}
-
-/// Frames root first with where each one's code is (`at[i]` of `names[i]`; an `at`
-/// shorter than `names`, as tests build them, leaves the rest nowhere).
-pub fn located<'a>(names: &'a [String], at: &'a [At]) -> impl Iterator<Item = (&'a str, At)> {
-    names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.as_str(), at.get(i).copied().unwrap_or_default()))
 }
 
 /// One stack and the time spent in it.

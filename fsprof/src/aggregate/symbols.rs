@@ -22,6 +22,25 @@ use crate::probes::{
     unwind::file_key,
 };
 
+/// Where a frame's code is, for exports that carry addresses (pprof): a kernel address,
+/// an offset in a file, or nowhere (frames fsprof names: markers, the probes' frame).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum At {
+    #[default]
+    Nowhere,
+    Kernel(u64),
+    File(FileKey, u64),
+}
+
+/// Frames root first with where each one's code is (`at[i]` of `names[i]`; an `at`
+/// shorter than `names`, as tests build them, leaves the rest nowhere).
+pub fn located<'a>(names: &'a [String], at: &'a [At]) -> impl Iterator<Item = (&'a str, At)> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), at.get(i).copied().unwrap_or_default()))
+}
+
 /// (device, inode) → path, for files the unwind tables did not name (their process was
 /// gone before fsprof looked): the usual binary and library directories are scanned
 /// lazily, most likely first, until the file turns up.

@@ -44,13 +44,13 @@ pub struct WakeEdge {
     pub blocked_kernel: Vec<String>,
     pub blocked_user: Vec<String>,
     /// Where each frame of `blocked_kernel`, `blocked_user` and `waker_kernel` is.
-    pub blocked_kernel_at: Vec<super::stacks::At>,
-    pub blocked_user_at: Vec<super::stacks::At>,
+    pub blocked_kernel_at: Vec<super::symbols::At>,
+    pub blocked_user_at: Vec<super::symbols::At>,
     pub waker_comm: String,
     pub waker_tgid: u32,
     pub waker_kthread: bool,
     pub waker_kernel: Vec<String>,
-    pub waker_kernel_at: Vec<super::stacks::At>,
+    pub waker_kernel_at: Vec<super::symbols::At>,
     pub ns: u64,
     pub count: u64,
 }

@@ -17,6 +17,7 @@ use crate::{
     results::crash::{CrashPoint, CrashStudy},
     run::{
         crash::{self, CrashOptions},
+        crash_study,
         crash_vm::CrashVm,
     },
     workload::crash::Pattern,
@@ -79,15 +80,15 @@ pub fn crash_cmd(a: CrashArgs) -> Result<ExitCode> {
         trials: a.trials,
         lab: a.lab.options(),
         cost_updates: a.cost_updates,
-        vm,
         label: a.record.label.clone(),
     };
     crash::validate(&opts)?;
     crate::os::ensure_writable([a.json.as_path()])?;
     crate::lab::workdir::WorkDir::secure(&a.lab.dir)?;
     let mut last: Option<CrashStudy> = None;
-    let outcome = crash::study(
+    let outcome = crash_study::study(
         &opts,
+        vm.as_ref(),
         |line| eprintln!("fsprof: {line}"),
         |s| {
             last = Some(s.clone());

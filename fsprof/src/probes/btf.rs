@@ -35,7 +35,7 @@ pub fn load(path: &Path) -> Result<&'static Btf> {
 
 /// Parses the running kernel's BTF for the offsets (its outcome is kept for their reader).
 pub fn parse_kernel() {
-    let _ = load(Path::new(super::offsets::VMLINUX_BTF));
+    let _ = load(Path::new(kept::VMLINUX_BTF));
 }
 
 /// The BTF that attaching fsprof's BTF tracepoints needs (one for all of them): aya's
@@ -63,7 +63,7 @@ fn trace_ids() -> Result<Vec<(String, u32)>> {
     if let Some(ids) = read.as_deref().and_then(parse_ids) {
         return Ok(ids);
     }
-    let btf = load(Path::new(super::offsets::VMLINUX_BTF))?;
+    let btf = load(Path::new(kept::VMLINUX_BTF))?;
     let ids: Vec<(String, u32)> = super::btf_tracepoints()
         .filter_map(|hook| {
             let name = trace_typedef(hook);

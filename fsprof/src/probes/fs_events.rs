@@ -25,8 +25,7 @@ use fsprof_common::{
 
 use super::{
     btf,
-    kept::{self, Kept},
-    offsets::VMLINUX_BTF,
+    kept::{self, Kept, VMLINUX_BTF},
     raw_tracepoint::attach_raw,
     tracefs::{self, Event},
 };

@@ -15,7 +15,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::offsets::VMLINUX_BTF;
+/// The running kernel's BTF: the struct offsets, tracepoint types and device filters come
+/// from it, and what is kept is kept for it (its size and time key each copy).
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// The copy of the struct offsets (`offsets::probe_config_kept`).
 pub const OFFSETS: &str = "offsets-";

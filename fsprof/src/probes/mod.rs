@@ -255,10 +255,10 @@ pub fn check_environment() -> Result<()> {
     if !rustix::process::geteuid().is_root() {
         bail!("fsprof must run as root (it loads eBPF programs): try `sudo fsprof …`");
     }
-    if !Path::new(offsets::VMLINUX_BTF).exists() {
+    if !Path::new(kept::VMLINUX_BTF).exists() {
         bail!(
             "no kernel BTF at {}: fsprof needs a kernel built with CONFIG_DEBUG_INFO_BTF=y",
-            offsets::VMLINUX_BTF
+            kept::VMLINUX_BTF
         );
     }
     Ok(())
@@ -266,7 +266,7 @@ pub fn check_environment() -> Result<()> {
 
 /// The probes' configuration: kernel offsets from BTF, and what the options turn on.
 fn probe_config(opts: &ProbeOptions, period: Option<u64>) -> Result<ProbeConfig> {
-    let mut config = offsets::probe_config_kept(Path::new(offsets::VMLINUX_BTF))?;
+    let mut config = offsets::probe_config_kept(Path::new(kept::VMLINUX_BTF))?;
     config.filter_devices = u32::from(!opts.devices.is_empty());
     if let (Some(s), Some(p)) = (opts.stacks, period) {
         config.stacks = 1;

@@ -12,8 +12,6 @@ use super::{
     kept::{self, Kept},
 };
 
-pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
-
 /// Byte offset of a whole (non-bitfield) member.
 pub(crate) fn byte_offset(btf: &Btf, strukt: &str, name: &str) -> Result<u32> {
     let f = field(btf, strukt, name)?;
@@ -106,6 +104,7 @@ pub fn probe_config(btf_path: &Path) -> Result<ProbeConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probes::kept::VMLINUX_BTF;
 
     #[test]
     fn offsets_of_running_kernel() {

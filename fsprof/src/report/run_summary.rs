@@ -8,9 +8,9 @@ use fsprof_common::TIME_CLASSES;
 
 use crate::analysis::stats::{median, median_f64};
 use crate::results::{RunResult, StepRun};
+use crate::units::clock;
 use crate::workload::rate::{self, Unit};
 
-use super::run_table::clock;
 use super::table::table;
 
 /// Below this share of the bytes the workload read and wrote, block I/O did not carry the

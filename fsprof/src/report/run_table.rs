@@ -8,13 +8,7 @@ use std::fmt::Write as _;
 use super::table::table;
 use crate::aggregate::stacks::UserCompleteness;
 use crate::results::{RunResult, StepRun};
-use crate::units::{bytes, duration_ns, seconds};
-
-/// m:ss,cc as the studies printed it.
-pub fn clock(ns: u64) -> String {
-    let cs = ns / 10_000_000;
-    format!("{}:{:02},{:02}", cs / 6000, (cs / 100) % 60, cs % 100)
-}
+use crate::units::{bytes, clock, duration_ns, seconds};
 
 /// Columns after CPU%: user, sys, kernel background, I/O wait, other D, run-queue, syncfs,
 /// quiesce, probes (fsprof's own kernel time).
@@ -307,16 +301,5 @@ fn filesystems(o: &mut String, r: &RunResult) {
     }
     if let Some(why) = &r.interrupted {
         let _ = writeln!(o, "\nrun stopped early: {why}");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clock_format() {
-        assert_eq!(clock(83_456_000_000), "1:23,45");
-        assert_eq!(clock(450_000_000), "0:00,45");
     }
 }

@@ -35,8 +35,6 @@ pub struct CrashOptions {
     pub lab: LabOptions,
     /// Updates traced per pattern for its cost (0: no cost pass).
     pub cost_updates: u32,
-    /// Crash by cutting this VM's power instead of the host's shutdown ioctl.
-    pub vm: Option<super::crash_vm::CrashVm>,
     /// The study's name in the history and the results.
     pub label: Option<String>,
 }
@@ -64,14 +62,9 @@ pub(super) struct Trial {
     pub recovery_complaint: Option<String>,
 }
 
-/// Runs the study; `progress` gets a line per trial, `save` the study after each (so an
-/// interrupted study leaves what it measured).
-pub fn study(
-    opts: &CrashOptions,
-    mut progress: impl FnMut(&str),
-    mut save: impl FnMut(&CrashStudy) -> Result<()>,
-) -> Result<CrashStudy> {
-    let mut out = CrashStudy {
+/// A study's record before its first trial: what it is, where and when.
+pub(super) fn begun(opts: &CrashOptions) -> CrashStudy {
+    CrashStudy {
         schema_version: CRASH_SCHEMA_VERSION,
         study_id: crate::os::random_id(),
         label: opts.label.clone(),
@@ -82,23 +75,11 @@ pub fn study(
         started: super::unix_now(),
         trials: opts.trials,
         ..CrashStudy::default()
-    };
-    match &opts.vm {
-        Some(vm) => {
-            out.kernel = vm.kernel.release.clone();
-            out.kernel_build = String::new();
-            out.vm = Some(vm.facts());
-            super::crash_vm::study(opts, vm, &mut out, &mut progress, &mut save)?;
-        }
-        None => on_host(opts, &mut out, &mut progress, &mut save)?,
     }
-    out.complete = true;
-    save(&out)?;
-    Ok(out)
 }
 
 /// The study on the host's kernel, crashed by the shutdown ioctl.
-fn on_host(
+pub(super) fn on_host(
     opts: &CrashOptions,
     out: &mut CrashStudy,
     progress: &mut dyn FnMut(&str),

@@ -1,6 +1,7 @@
 //! `fsprof run`: fresh filesystems × passes × the steps of a suite, every step traced.
 
 pub mod crash;
+pub mod crash_study;
 pub mod crash_vm;
 pub mod flames;
 pub mod in_vm;

@@ -11,7 +11,7 @@ use std::{
 use fsprof::{
     lab::{FsKind, LabOptions},
     results::crash::{CrashPoint, CrashStudy},
-    run::crash::{CrashOptions, study},
+    run::{crash::CrashOptions, crash_study::study},
     workload::crash::{Outcome, Pattern},
 };
 use fsprof_tests::*;
@@ -28,13 +28,12 @@ fn options(fs: &[FsKind], points: &[CrashPoint], trials: u32, mount_opts: &str) 
             ..LabOptions::default()
         },
         cost_updates: 0,
-        vm: None,
         label: None,
     }
 }
 
 fn run(opts: &CrashOptions) -> CrashStudy {
-    study(opts, |_| {}, |_| Ok(())).unwrap()
+    study(opts, None, |_| {}, |_| Ok(())).unwrap()
 }
 
 pub fn shutdown_keeps_durable_updates_and_loses_uncommitted_ones() {
