@@ -304,6 +304,7 @@ fn row(fs: &str, step: &str, (b, n, aliases): &(Metric, Metric, Vec<String>), j:
         unit: match b.unit() {
             Unit::Ns => "ns",
             Unit::BytesPerSec => "B/s",
+            Unit::PerSec => "/s",
         },
         base: mb,
         new: mn,

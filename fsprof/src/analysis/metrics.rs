@@ -7,12 +7,15 @@ use super::stats::median;
 use crate::{
     aggregate::{time_label, wakes::RUN_QUEUE_WAKER},
     results::StepRun,
+    workload::rate,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
     Ns,
     BytesPerSec,
+    /// Events a second (the step's own rate).
+    PerSec,
 }
 
 /// What a figure is: figures of one kind spread alike across cells (the verdict rule
@@ -30,6 +33,8 @@ pub enum Kind {
     /// spread is at most that of a Poisson count of periods (the variance the verdict uses).
     KernelBg,
     Throughput,
+    /// The step's own rate where it is the step's result (pgbench's tps: its time is fixed).
+    Rate,
     WaitedFor,
     /// A per-call latency percentile (syscall or block request), from log-linear buckets.
     LatencyP50,
@@ -44,12 +49,14 @@ impl Kind {
         match self {
             Kind::LatencyP50 | Kind::LatencyP99 => 1_000.0,
             Kind::Throughput => 1_000_000.0,
+            Kind::Rate => 0.0,
             _ => 2_000_000.0,
         }
     }
     pub fn unit(self) -> Unit {
         match self {
             Kind::Throughput => Unit::BytesPerSec,
+            Kind::Rate => Unit::PerSec,
             _ => Unit::Ns,
         }
     }
@@ -195,7 +202,14 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
         .fold((u64::MAX, 0), |(lo, hi), b| (lo.min(b), hi.max(b)));
     // Fixed work within 1 % (a shell's reads of its environment differ by a few bytes).
     let varies = hi as f64 > lo as f64 * 1.01;
-    if varies && lo > 0 {
+    // A step whose result is its own rate (pgbench's tps) is judged by that, in place of
+    // the bytes its calls moved: one figure for one quantity.
+    let own: Option<Vec<(rate::Unit, f64)>> = runs.iter().map(|s| rate::of(&s.metrics)).collect();
+    if let Some(own) = own.filter(|o| !o.is_empty() && o.iter().all(|(u, _)| u.is_result)) {
+        out.push(metric(own[0].0.key, Kind::Rate, runs, |s| {
+            rate::of(&s.metrics).map_or(0.0, |r| r.1)
+        }));
+    } else if varies && lo > 0 {
         out.push(metric("throughput", Kind::Throughput, runs, |s| {
             let t = (s.trace.wall_ns + s.syncfs_ns) as f64 / 1e9;
             if t > 0.0 { moved(s) as f64 / t } else { 0.0 }

@@ -9,6 +9,7 @@ use crate::units::{bytes, duration_ns};
 fn value(r: &Row, v: f64) -> String {
     match r.unit {
         "B/s" => format!("{}/s", bytes(v as u64)),
+        "/s" => format!("{v:.1}/s"),
         _ => duration_ns(v as u64),
     }
 }

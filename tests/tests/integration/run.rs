@@ -580,6 +580,31 @@ pub fn external_and_pgbench_steps_are_traced() {
     let text = String::from_utf8_lossy(&explain.stdout);
     assert!(explain.status.success(), "{text}");
     assert!(!text.contains("do_wait"), "{text}");
+    // compare judges pgbench by its tps, not by the bytes its calls moved in the 3 s.
+    let cmp = TempDir::new("pgbench-compare");
+    let rows = cmp.0.join("cmp.json");
+    let out = Command::new(fsprof_bin())
+        .args([
+            "compare",
+            json.to_str().unwrap(),
+            json.to_str().unwrap(),
+            "--json",
+        ])
+        .arg(&rows)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&rows).unwrap()).unwrap();
+    let of_pgbench: Vec<(&str, &str)> = (c["rows"].as_array().unwrap().iter())
+        .filter(|r| r["step"] == "pgbench")
+        .map(|r| (r["metric"].as_str().unwrap(), r["unit"].as_str().unwrap()))
+        .collect();
+    assert!(of_pgbench.contains(&("tps", "/s")), "{of_pgbench:?}");
+    assert!(
+        !of_pgbench.iter().any(|(m, _)| *m == "throughput"),
+        "{of_pgbench:?}"
+    );
 }
 
 pub fn report_rerenders_results_and_rejects_broken_files() {
