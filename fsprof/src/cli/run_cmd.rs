@@ -68,12 +68,12 @@ pub struct RunArgs {
     no_drop_caches: bool,
     /// An extra step: NAME=COMMAND, run with sh -c on the fs under test ({mnt} = its mount
     /// point), e.g. bonnie='bonnie++ -d {mnt} -u root -s 1024 -n 16'. Repeatable.
-    #[arg(long = "step", value_parser = |s: &str| RunStep::parse_command(s).map_err(|e| e.to_string()))]
+    #[arg(long = "step", value_parser = |s: &str| RunStep::parse_command(s, "--step").map_err(|e| e.to_string()))]
     steps: Vec<RunStep>,
     /// Preparation: NAME=COMMAND as --step, run untraced on each pass's fresh filesystem
     /// before the steps and recorded as preparation, not as a result (e.g. the file a
     /// --step reads). Repeatable.
-    #[arg(long = "prepare", value_parser = |s: &str| RunStep::parse_command(s).map_err(|e| e.to_string()))]
+    #[arg(long = "prepare", value_parser = |s: &str| RunStep::parse_command(s, "--prepare").map_err(|e| e.to_string()))]
     prepare: Vec<RunStep>,
     /// Add a pgbench step: SCALE,CLIENTS,SECONDS (e.g. 10,4,30) against a PostgreSQL server
     /// fsprof runs with its data directory on the fs under test.

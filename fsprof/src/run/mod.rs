@@ -49,8 +49,8 @@ impl RunStep {
         }
     }
 
-    /// Parses `NAME=COMMAND` for `--step` and `--prepare`.
-    pub fn parse_command(s: &str) -> Result<RunStep> {
+    /// Parses `NAME=COMMAND` for `flag` (`--step`, `--prepare`).
+    pub fn parse_command(s: &str, flag: &str) -> Result<RunStep> {
         match s.split_once('=') {
             Some((name, cmd)) if !name.is_empty() && !cmd.trim().is_empty() => {
                 Ok(RunStep::Command {
@@ -58,7 +58,9 @@ impl RunStep {
                     template: cmd.to_string(),
                 })
             }
-            _ => anyhow::bail!("takes NAME=COMMAND, e.g. untar='tar xf /src/linux.tar -C {{mnt}}'"),
+            _ => anyhow::bail!(
+                "{flag} takes NAME=COMMAND, e.g. untar='tar xf /src/linux.tar -C {{mnt}}'"
+            ),
         }
     }
 

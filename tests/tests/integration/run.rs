@@ -161,7 +161,15 @@ pub fn quick_suite_fills_every_cell() {
         })
         .sum();
     assert!(drawable >= quick_steps_len() * 2, "{drawable}");
-    assert_eq!(r.flames.diffs.len(), drawable);
+    let against_first = (r.flames.diffs.iter()).filter(|d| d.base == *base);
+    assert_eq!(against_first.count(), drawable);
+    // The others: a step's slowest against its fastest (the pair the reports explain),
+    // where the fastest is not the first.
+    let rows = fsprof::report::run_summary::rows(&r);
+    for d in r.flames.diffs.iter().filter(|d| d.base != *base) {
+        let pair = fsprof::report::run_summary::slowest_and_fastest(&rows, &d.step);
+        assert_eq!(pair, Some((d.fs.as_str(), d.base.as_str())), "{d:?}");
+    }
     let quick = Suite::find("quick").unwrap();
     assert_eq!(r.filesystems.len(), 3);
     // Requests not seen completing, over the whole run (see `assert_unseen_bound`).
