@@ -4,6 +4,9 @@
 //! `struct request *` (REQUESTS). BTF tracepoints: the request's fields are plain loads.
 //! Devices userspace gave a slot keep their statistics and histograms in per-CPU arrays;
 //! others (a disk that appeared during the trace) in the hashes.
+//!
+//! Safety (see main.rs): map values (per-CPU rows and the request hashes) and kernel memory
+//! (the request's fields).
 
 use core::ffi::c_void;
 

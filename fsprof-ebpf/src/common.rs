@@ -1,4 +1,8 @@
 //! Maps and helpers shared by every probe.
+//!
+//! Safety (see main.rs): map values (`entry`, the task table), kernel memory
+//! (`read_kernel`, `btf_read`) and helpers (clock, pid); the helpers here are where the
+//! other modules' unsafe reads go through.
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,

@@ -3,6 +3,9 @@
 //! its BPF cookie. Raw tracepoints detach without the RCU grace period a perf tracepoint
 //! event costs, and hand over the event's kernel pointers: the device is found by
 //! following them (offsets from BTF), so only the filesystem under test counts.
+//!
+//! Safety (see main.rs): kernel memory (the event's pointers, followed at BTF offsets) and
+//! map values.
 
 use aya_ebpf::{
     EbpfContext,

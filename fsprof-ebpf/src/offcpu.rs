@@ -12,6 +12,9 @@
 //! own context (its next switch-out or its syscall exit), since the user stack of a
 //! sleeping thread cannot be read. P = 0: every phase, with the stack taken at switch-out
 //! as it happens (scheduler frames included).
+//!
+//! Safety (see main.rs): map values (the followed thread's `TaskState`, this CPU's scratch)
+//! and helpers (stacks).
 
 use aya_ebpf::{bindings::task_struct, macros::map, maps::HashMap};
 use fsprof_common::{Counter, StackKey, TIME_CLASSES, TaskState};

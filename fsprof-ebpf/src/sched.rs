@@ -1,5 +1,9 @@
 //! Scheduler: splits each followed thread's time into on-CPU and off-CPU classes, and
 //! follows forks so the target includes every descendant thread and process.
+//!
+//! Safety (see main.rs): map values (the task table: a thread's state is written by the CPU
+//! it switches on, read by its waker's, see `sched_waking`), kernel memory (the task's
+//! fields) and helpers.
 
 use aya_ebpf::{
     EbpfContext,

@@ -3,6 +3,9 @@
 //! event (weighted by the sample period), for the target and for kernel threads
 //! (background work). Stacks are deduplicated in the kernel into ids; userspace
 //! reads ids, weights and the stacks once, at the end.
+//!
+//! Safety (see main.rs): map values (scratch keys, weights), helpers (`bpf_get_stack`,
+//! `bpf_get_task_stack`) and global functions.
 
 use aya_ebpf::{
     EbpfContext,

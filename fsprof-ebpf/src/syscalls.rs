@@ -4,6 +4,8 @@
 //! one clock read per hook on top of what any program on these hooks costs. Elsewhere
 //! each hook asks the follow hint (a pid helper call and one array load), which also
 //! catches a followed thread whose switch-in the kernel did not trace.
+//!
+//! Safety (see main.rs): map values (the task table, this CPU's `OnCpuTask`).
 
 use aya_ebpf::{
     macros::{map, raw_tracepoint},

@@ -4,6 +4,9 @@
 //! a timeline is asked for. What the aggregating programs see themselves (block requests,
 //! fs begin/end pairs, slow syscalls, off-CPU time given a stack) they stream through the
 //! subprograms here, which are one branch when the timeline is off.
+//!
+//! Safety (see main.rs): helpers (ring buffer reserve and submit: an event is written only
+//! into space reserved for it) and map values.
 
 use aya_ebpf::{
     EbpfContext,

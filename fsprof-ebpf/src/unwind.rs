@@ -9,6 +9,10 @@
 //! first: a stack spans a handful of files, met again and again.
 //!
 //! x86-64 only: the registers are rip, rsp and rbp of `struct pt_regs`.
+//!
+//! Safety (see main.rs): kernel memory (the saved user registers), user memory
+//! (`bpf_probe_read_user`, which fails instead of faulting), helpers (`bpf_find_vma`) and
+//! map values (the unwind rows).
 
 use core::ffi::c_void;
 

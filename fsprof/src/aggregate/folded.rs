@@ -74,6 +74,15 @@ fn class_frame(class: u32) -> String {
     format!("[{}]", class_label(class))
 }
 
+/// The time class a frame names (`[I/O wait]`), as `class_frame` spells it.
+pub fn class_of_frame(frame: &str) -> Option<TimeClass> {
+    let label = frame.strip_prefix('[')?.strip_suffix(']')?;
+    TimeClass::ALL
+        .iter()
+        .copied()
+        .find(|&c| class_label(c as u32) == label)
+}
+
 /// kworker/u8:2 → kworker; jbd2/loop0-8 → jbd2/loop0-8 (named per device, keep).
 fn thread_base(comm: &str) -> &str {
     if comm.starts_with("kworker") {

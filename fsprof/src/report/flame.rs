@@ -8,7 +8,9 @@ use std::{fs, io::BufReader, path::Path};
 use anyhow::{Context, Result};
 use inferno::flamegraph::{self, Options, color::Color, color::PaletteMap};
 
-use crate::aggregate::folded::{Folded, Kind, total_us};
+use fsprof_common::TimeClass;
+
+use crate::aggregate::folded::{self, Folded, Kind, total_us};
 
 fn hash(s: &str) -> u32 {
     // FNV-1a: stable across runs, so a function keeps its shade in every graph.
@@ -27,17 +29,19 @@ fn shade(name: &str, base: (u8, u8, u8), spread: (u8, u8, u8)) -> Color {
     }
 }
 
-fn class_color(label: &str) -> Option<Color> {
-    let c = |r, g, b| Some(Color { r, g, b });
-    match label {
-        "[on-CPU]" => c(230, 90, 40),
-        "[I/O wait]" => c(30, 90, 220),
-        "[other D-wait]" => c(130, 60, 200),
-        "[sleep]" => c(140, 150, 170),
-        "[run-queue]" => c(220, 190, 40),
-        "[other]" => c(150, 150, 150),
-        _ => None,
-    }
+/// A class frame's colour, by its time class (not by the label's text).
+fn class_color(frame: &str) -> Option<Color> {
+    let (r, g, b) = match folded::class_of_frame(frame)? {
+        TimeClass::OnCpu => (230, 90, 40),
+        TimeClass::IoWait => (30, 90, 220),
+        TimeClass::Uninterruptible => (130, 60, 200),
+        TimeClass::Sleep => (140, 150, 170),
+        TimeClass::RunQueue => (220, 190, 40),
+        // Drawn as fsprof's other marker frames are.
+        TimeClass::Steal => return None,
+        TimeClass::Other => (150, 150, 150),
+    };
+    Some(Color { r, g, b })
 }
 
 /// A color for every frame: class frames by class, off-CPU frames in blues, kernel frames
@@ -207,6 +211,21 @@ mod tests {
         let back = read_folded(&files["off-cpu.folded"]).unwrap();
         assert_eq!(back, off);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn class_frames_are_coloured_by_their_class() {
+        let frame = |c: TimeClass| format!("[{}]", crate::aggregate::stacks::class_label(c as u32));
+        assert_eq!(
+            folded::class_of_frame(&frame(TimeClass::IoWait)),
+            Some(TimeClass::IoWait)
+        );
+        assert_eq!(folded::class_of_frame("[kernel]"), None);
+        let io = class_color(&frame(TimeClass::IoWait)).unwrap();
+        assert_eq!((io.r, io.g, io.b), (30, 90, 220));
+        let d = class_color(&frame(TimeClass::Uninterruptible)).unwrap();
+        assert_eq!((d.r, d.g, d.b), (130, 60, 200));
+        assert!(class_color(&frame(TimeClass::Steal)).is_none());
     }
 
     #[test]
