@@ -414,6 +414,10 @@ impl RunResult {
                         error: st.error.as_deref().unwrap_or(""),
                         rate: rate.map(|r| r.1),
                         rate_unit: rate.map_or("", |r| r.0.shown),
+                        latency_ms: st
+                            .metrics
+                            .get(crate::workload::pgbench::LATENCY_MS)
+                            .copied(),
                     };
                     w.serialize(row).expect("CSV into memory");
                 }
@@ -455,6 +459,8 @@ struct CsvRow<'a> {
     /// KiB/s, files/s or seeks/s) and its unit; empty for other steps.
     rate: Option<f64>,
     rate_unit: &'a str,
+    /// pgbench's average latency, ms; empty for other steps.
+    latency_ms: Option<f64>,
 }
 
 /// Graph files of a run, paths relative to the results file's directory.
@@ -562,7 +568,7 @@ mod tests {
         let a = &parts[0].1;
         let cols: Vec<String> = a.filesystems.iter().map(FsRun::column).collect();
         assert_eq!(cols, ["jfs", "xfs"]);
-        assert!(a.to_csv().lines().skip(1).all(|l| l.ends_with(",a,,,")));
+        assert!(a.to_csv().lines().skip(1).all(|l| l.ends_with(",a,,,,")));
         let plain = RunResult::default();
         assert_eq!(plain.split_by_kernel().len(), 1);
     }

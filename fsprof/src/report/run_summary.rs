@@ -9,7 +9,10 @@ use fsprof_common::TIME_CLASSES;
 use crate::analysis::stats::{median, median_f64};
 use crate::results::{RunResult, StepRun};
 use crate::units::clock;
-use crate::workload::rate::{self, Unit};
+use crate::workload::{
+    pgbench::LATENCY_MS,
+    rate::{self, Unit},
+};
 
 use super::table::table;
 
@@ -36,6 +39,8 @@ pub struct SummaryRow {
     /// transactions per second (its time is fixed: the rate is its result), bonnie++'s and
     /// iozone's KiB/s, files/s or seeks/s (beside its time).
     pub rate: Option<(Unit, f64)>,
+    /// pgbench's average latency, ms (median of the passes), shown with its tps.
+    pub latency_ms: Option<f64>,
     pub page_cache: bool,
 }
 
@@ -60,6 +65,14 @@ fn moved(s: &StepRun) -> (u64, u64) {
         .map(|b| b.bytes)
         .sum();
     (calls, block)
+}
+
+/// The median of the passes' average latencies, when each has one.
+fn latency_ms(runs: &[&StepRun]) -> Option<f64> {
+    let v: Option<Vec<f64>> = (runs.iter())
+        .map(|s| s.metrics.get(LATENCY_MS).copied())
+        .collect();
+    v.filter(|v| !v.is_empty()).map(median_f64)
 }
 
 /// The median of the passes' rates, when each has one of the same unit.
@@ -109,6 +122,7 @@ fn row(step: &str, fs: &str, runs: &[&StepRun]) -> SummaryRow {
         },
         vs_fastest: 1.0,
         rate: rate(runs),
+        latency_ms: latency_ms(runs),
         page_cache: calls >= CACHE_MIN_BYTES * runs.len() as u64
             && (block as f64) < CACHE_SHARE * calls as f64,
     }
@@ -206,10 +220,14 @@ pub fn render(r: &RunResult) -> String {
     o
 }
 
-/// What a row's time column shows: the step's rate when that is its result, else its wall.
+/// What a row's time column shows: the step's rate when that is its result (with its
+/// average latency when known), else its wall.
 pub fn result(s: &SummaryRow) -> String {
-    match s.rate {
-        Some((unit, v)) if unit.is_result => shown(unit, v),
+    match (s.rate, s.latency_ms) {
+        (Some((unit, v)), Some(ms)) if unit.is_result => {
+            format!("{}, {ms:.3} ms avg", shown(unit, v))
+        }
+        (Some((unit, v)), None) if unit.is_result => shown(unit, v),
         _ => clock(s.wall_ns),
     }
 }
@@ -298,6 +316,7 @@ mod tests {
         let bench = |wall_s, tps| {
             let mut s = cell("pgbench", wall_s, 0, 0, 0);
             s.metrics.insert(rate::TPS.key.into(), tps);
+            s.metrics.insert(LATENCY_MS.into(), 2.0);
             s
         };
         let r = RunResult {
@@ -313,7 +332,7 @@ mod tests {
         let rows = rows(&r);
         assert_eq!(rows[0].rate, Some((rate::TPS, 2200.0)));
         assert_eq!((rows[0].vs_fastest, rows[1].vs_fastest), (1.0, 2.0));
-        assert_eq!(result(&rows[1]), "1100.0 tps");
+        assert_eq!(result(&rows[1]), "1100.0 tps, 2.000 ms avg");
         assert!(render(&r).contains(RATE_NOTE));
     }
 

@@ -195,6 +195,9 @@ impl PgServer {
     }
 }
 
+/// pgbench's average transaction latency, ms: the other half of its result.
+pub const LATENCY_MS: &str = "latency_ms";
+
 /// The figures a pgbench report states (`tps = 2371.8 (without initial connection time)`,
 /// `latency average = 4.213 ms`).
 fn report_metrics(text: &str) -> BTreeMap<String, f64> {
@@ -203,7 +206,7 @@ fn report_metrics(text: &str) -> BTreeMap<String, f64> {
             .find_map(|l| l.trim().strip_prefix(prefix))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
     };
-    [(TPS.key, "tps = "), ("latency_ms", "latency average = ")]
+    [(TPS.key, "tps = "), (LATENCY_MS, "latency average = ")]
         .into_iter()
         .filter_map(|(name, prefix)| Some((name.to_string(), value(prefix)?)))
         .collect()
@@ -235,7 +238,7 @@ mod tests {
                     initial connection time = 12.071 ms\ntps = 2371.802 (without initial connection time)\n";
         let m = report_metrics(text);
         assert_eq!(m[TPS.key], 2371.802);
-        assert_eq!(m["latency_ms"], 4.213);
+        assert_eq!(m[LATENCY_MS], 4.213);
         assert!(report_metrics("").is_empty());
     }
 }

@@ -560,8 +560,12 @@ pub fn external_and_pgbench_steps_are_traced() {
     // Its summary row is its rate (pgbench ran for the 3 s it was given), and its average
     // latency is kept: clients / latency is the rate, as pgbench computes it.
     let tps = pg.metrics["tps"];
-    assert!(said.contains(&format!("{tps:.1} tps")), "{said}");
-    let latency_s = pg.metrics["latency_ms"] / 1e3;
+    let latency_ms = pg.metrics["latency_ms"];
+    assert!(
+        said.contains(&format!("{tps:.1} tps, {latency_ms:.3} ms avg")),
+        "{said}"
+    );
+    let latency_s = latency_ms / 1e3;
     let implied = 2.0 / latency_s;
     assert!((implied - tps).abs() <= 0.05 * tps, "{:?}", pg.metrics);
     let fsyncs: u64 = pg
@@ -747,7 +751,7 @@ pub fn a_failed_cell_does_not_stop_the_study() {
         csv.lines()
             .next()
             .unwrap()
-            .ends_with(",error,rate,rate_unit"),
+            .ends_with(",error,rate,rate_unit,latency_ms"),
         "{csv}"
     );
     assert!(csv.contains("exited with status"), "{csv}");
