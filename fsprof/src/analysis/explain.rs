@@ -528,9 +528,9 @@ fn versus(a: &Cell, b: &Cell, step: &str) -> Vec<String> {
 /// The step's own rate on a cell when that is its result (pgbench's tps), median.
 fn own_rate(c: &Cell) -> Option<(rate::Unit, f64)> {
     let rates: Option<Vec<(rate::Unit, f64)>> =
-        c.runs.iter().map(|s| rate::of(&s.metrics)).collect();
-    let rates = rates.filter(|r| !r.is_empty() && r.iter().all(|(u, _)| u.is_result))?;
-    Some((rates[0].0, median_f64(rates.iter().map(|r| r.1).collect())))
+        c.runs.iter().map(|s| rate::result_of(&s.metrics)).collect();
+    let unit = rates.as_deref()?.first()?.0;
+    Some((unit, median_f64(rates?.iter().map(|r| r.1).collect())))
 }
 
 /// "{step}: a ran 1886.5 tps, b 2091.6 tps: −9.8 %, verdict." for a step judged by its rate.

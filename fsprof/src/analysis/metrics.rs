@@ -204,10 +204,11 @@ pub fn cell_metrics(runs: &[&StepRun]) -> Vec<Metric> {
     let varies = hi as f64 > lo as f64 * 1.01;
     // A step whose result is its own rate (pgbench's tps) is judged by that, in place of
     // the bytes its calls moved: one figure for one quantity.
-    let own: Option<Vec<(rate::Unit, f64)>> = runs.iter().map(|s| rate::of(&s.metrics)).collect();
-    if let Some(own) = own.filter(|o| !o.is_empty() && o.iter().all(|(u, _)| u.is_result)) {
-        out.push(metric(own[0].0.key, Kind::Rate, runs, |s| {
-            rate::of(&s.metrics).map_or(0.0, |r| r.1)
+    let own: Option<Vec<(rate::Unit, f64)>> =
+        runs.iter().map(|s| rate::result_of(&s.metrics)).collect();
+    if let Some(&[(unit, _), ..]) = own.as_deref() {
+        out.push(metric(unit.key, Kind::Rate, runs, |s| {
+            rate::result_of(&s.metrics).map_or(0.0, |r| r.1)
         }));
     } else if varies && lo > 0 {
         out.push(metric("throughput", Kind::Throughput, runs, |s| {

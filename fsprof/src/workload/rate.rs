@@ -56,3 +56,8 @@ pub fn of(metrics: &BTreeMap<String, f64>) -> Option<(Unit, f64)> {
         .into_iter()
         .find_map(|u| metrics.get(u.key).map(|v| (u, *v)))
 }
+
+/// The rate a cell's metrics hold when that rate is the step's result (pgbench's tps).
+pub fn result_of(metrics: &BTreeMap<String, f64>) -> Option<(Unit, f64)> {
+    of(metrics).filter(|(u, _)| u.is_result)
+}
